@@ -1,0 +1,62 @@
+// Package vmm is the small interface every VMM driver satisfies. A driver
+// knows about kernels, disks, sockets and VMM processes; it knows nothing
+// about containers or Docker.
+package vmm
+
+import (
+	"context"
+	"net"
+)
+
+// Config describes one VM.
+type Config struct {
+	// ID names the VM in logs and process titles.
+	ID string
+	// Dir is private to this VM: the driver keeps its sockets, pid file and
+	// console log here. It exists before Start is called.
+	Dir       string
+	Kernel    string
+	Initramfs string
+	// Cmdline is appended to the kernel command line the driver needs.
+	Cmdline   string
+	MemoryMiB int
+	CPUs      int
+	// Disks are attached as virtio-blk devices in this order, each with its
+	// Serial visible to the guest in /sys/block/*/serial.
+	Disks []Disk
+	// Accel is "kvm" or "tcg"; drivers that have no choice ignore it.
+	Accel string
+}
+
+// Disk is a raw disk image.
+type Disk struct {
+	Path     string
+	ReadOnly bool
+	Serial   string
+}
+
+// Driver starts VMs of one kind.
+type Driver interface {
+	// Name is "qemu" or "cloud-hypervisor".
+	Name() string
+	// Start launches the VMM and returns once it runs. The guest may not be
+	// ready yet: callers wait for the agent. The VMM process is not tied to
+	// the caller's lifetime (it survives a daemon restart).
+	Start(ctx context.Context, cfg Config) (Machine, error)
+	// Reattach finds the VMM a previous Start left running in dir.
+	Reattach(ctx context.Context, dir string) (Machine, error)
+}
+
+// Machine is one running VMM process.
+type Machine interface {
+	PID() int
+	// DialAgent opens the byte stream to the guest agent. Only one may be
+	// open at a time; a new one replaces a closed one.
+	DialAgent(ctx context.Context) (net.Conn, error)
+	// Kill ends the VMM at once.
+	Kill() error
+	// Wait blocks until the VMM process has exited or ctx is done.
+	Wait(ctx context.Context) error
+	// Cleanup removes what the driver created in Dir. Call after exit.
+	Cleanup() error
+}

@@ -1,0 +1,146 @@
+// Package proto is the one definition of the host↔guest protocol spoken
+// between huskd (shim/host) and husk-agent (shim/agent).
+//
+// Transport: a single byte stream per VM — a virtio-serial port under QEMU,
+// a hybrid-vsock connection under cloud-hypervisor — carrying a yamux
+// session. The host is the yamux client and always speaks first; the agent is
+// the yamux server. Sessions are disposable: when the host side goes away
+// (daemon restart, snapshot restore) the agent drops the session and accepts
+// a new one without disturbing its processes or losing their buffered output.
+//
+// Every yamux stream begins with exactly one Request, JSON-encoded on one
+// line, sent by the host. The agent answers with one Response line. What
+// follows depends on the Op:
+//
+//   - OpPing, OpSetup, OpSignal, OpResize, OpShutdown, OpForget: nothing; the
+//     agent closes the stream.
+//   - OpStart: after the first Response (Pid set, or Error), the stream stays
+//     open; when the process exits the agent sends a second Response with
+//     Exit set and closes the stream.
+//   - OpWait: one Response with Exit set, sent when the process has exited
+//     (at once if it already has).
+//   - OpStdout, OpStderr: after the Response, raw bytes of that stream until
+//     the process closes it; then the agent closes the stream. Output is held
+//     in the guest until a host stream takes it, so nothing is lost between
+//     start and attach or across a session change.
+//   - OpStdin: after the Response, the host writes raw bytes; closing its
+//     side of the stream closes the process's stdin.
+//
+// Yamux keep-alives are disabled on both sides: a paused or snapshotted VM
+// must not be declared dead.
+package proto
+
+// PortName is the virtio-serial port name the agent looks for under
+// /sys/class/virtio-ports/*/name.
+const PortName = "husk.agent"
+
+// VsockPort is the vsock port the agent listens on where vsock exists.
+const VsockPort = 1024
+
+// Version is bumped on any incompatible change to the messages below.
+const Version = 1
+
+// Op names a request.
+type Op string
+
+const (
+	OpPing     Op = "ping"
+	OpSetup    Op = "setup"
+	OpStart    Op = "start"
+	OpWait     Op = "wait"
+	OpStdin    Op = "stdin"
+	OpStdout   Op = "stdout"
+	OpStderr   Op = "stderr"
+	OpSignal   Op = "signal"
+	OpResize   Op = "resize"
+	OpForget   Op = "forget"
+	OpShutdown Op = "shutdown"
+)
+
+// Request is the first line of every stream.
+type Request struct {
+	Op Op `json:"op"`
+	// ID names a process; chosen by the host, unique within the VM.
+	ID      string       `json:"id,omitempty"`
+	Setup   *SetupSpec   `json:"setup,omitempty"`
+	Process *ProcessSpec `json:"process,omitempty"`
+	Signal  int          `json:"signal,omitempty"`
+	Resize  *WindowSize  `json:"resize,omitempty"`
+}
+
+// Response is the agent's answer line.
+type Response struct {
+	// Error is set when the request failed; Kind classifies it.
+	Error string    `json:"error,omitempty"`
+	Kind  ErrorKind `json:"kind,omitempty"`
+	// Version is set in answer to OpPing.
+	Version int         `json:"version,omitempty"`
+	Pid     int         `json:"pid,omitempty"`
+	Exit    *ExitStatus `json:"exit,omitempty"`
+	Info    *AgentInfo  `json:"info,omitempty"`
+}
+
+// ErrorKind lets the host map guest failures to the error Docker users see.
+type ErrorKind string
+
+const (
+	// KindNotFound: the executable was not found (Docker: exit 127).
+	KindNotFound ErrorKind = "not-found"
+	// KindPermission: the executable could not be run (Docker: exit 126).
+	KindPermission ErrorKind = "permission"
+	// KindUser: the user or group could not be resolved.
+	KindUser ErrorKind = "user"
+	// KindNoProcess: no process with that ID.
+	KindNoProcess ErrorKind = "no-process"
+	KindInvalid   ErrorKind = "invalid"
+	KindInternal  ErrorKind = "internal"
+)
+
+// AgentInfo describes the guest, answered to OpPing.
+type AgentInfo struct {
+	Kernel string `json:"kernel"` // uname -r
+}
+
+// SetupSpec prepares the container root. It is sent once per boot, before
+// the first OpStart.
+type SetupSpec struct {
+	Hostname string `json:"hostname"`
+	// BaseSerial and UpperSerial are the virtio-blk serial numbers of the
+	// read-only base disk and the writable upper disk; the agent finds the
+	// devices through /sys/block/*/serial.
+	BaseSerial  string `json:"baseSerial"`
+	UpperSerial string `json:"upperSerial"`
+	// Hosts is written to /etc/hosts when non-empty.
+	Hosts string `json:"hosts,omitempty"`
+}
+
+// ProcessSpec follows the OCI runtime-spec Process.
+type ProcessSpec struct {
+	Args []string `json:"args"`
+	Env  []string `json:"env"`
+	Cwd  string   `json:"cwd"`
+	// User is Docker's --user: "", "name", "uid", "name:group", "uid:gid".
+	// The agent resolves names through the container root's /etc/passwd and
+	// /etc/group, and adds the user's supplementary groups.
+	User     string `json:"user,omitempty"`
+	Terminal bool   `json:"terminal,omitempty"`
+	// Stdin: the host will attach an OpStdin stream; otherwise stdin is
+	// /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+	// Exec: run in the PID namespace of the process named ExecOf instead of
+	// a new one (docker exec).
+	ExecOf string `json:"execOf,omitempty"`
+}
+
+// ExitStatus is how a process ended. Code follows the shell convention
+// Docker uses: 128+signal when killed by a signal.
+type ExitStatus struct {
+	Code   int `json:"code"`
+	Signal int `json:"signal,omitempty"`
+}
+
+// WindowSize is a terminal size.
+type WindowSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
