@@ -1,0 +1,139 @@
+package apicompat
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types"
+)
+
+// closeGrace bounds how long a finished attach waits for the client to
+// close its side after the server closed its own, before closing the
+// connection outright. Closing a unix socket while the peer's data is
+// still unread makes the peer's reads fail with ECONNRESET, which could
+// cost the client the tail of the output; a well-behaved client closes as
+// soon as it reads EOF.
+const closeGrace = 10 * time.Second
+
+// attachContainer is POST /containers/{name}/attach: the connection is
+// hijacked and carries stdin from the client and the output back, framed
+// with stdcopy unless the container has a TTY.
+func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error {
+	if err := parseForm(r); err != nil {
+		return err
+	}
+	name := vars["name"]
+	// Inspecting first answers "No such container" as an ordinary HTTP
+	// error, before the connection is taken over.
+	ctr, err := s.cfg.Containers.Inspect(ctx, name)
+	if err != nil {
+		return err
+	}
+	tty := ctr.Config != nil && ctr.Config.Tty
+
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return fmt.Errorf("error attaching to container %s, hijack connection missing: %w", name, err)
+	}
+	if tw, ok := w.(*trackingWriter); ok {
+		tw.hijacked()
+	}
+	defer conn.Close()
+
+	// The answer dockerd writes by hand on the hijacked connection. Without
+	// an Upgrade header it says raw-stream even when the frames are
+	// multiplexed; old clients know from the TTY setting.
+	contentType := types.MediaTypeRawStream
+	var head string
+	if _, upgrade := r.Header["Upgrade"]; upgrade {
+		if !tty && !versionLess(apiVersion(ctx), "1.42") {
+			contentType = types.MediaTypeMultiplexedStream
+		}
+		head = fmt.Sprintf("HTTP/1.1 101 UPGRADED\r\nContent-Type: %s\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n", contentType)
+	} else {
+		head = "HTTP/1.1 200 OK\r\nContent-Type: " + types.MediaTypeRawStream + "\r\n\r\n"
+	}
+	if _, err := io.WriteString(conn, head); err != nil {
+		s.log.Debug("attach: client went away before the answer", "container", name, "error", err)
+		return nil
+	}
+
+	var mu sync.Mutex
+	opts := AttachOptions{
+		Logs:       boolValue(r, "logs"),
+		Stream:     boolValue(r, "stream"),
+		DetachKeys: r.Form.Get("detachKeys"),
+	}
+	var stdout, stderr io.Writer = lockedWriter{mu: &mu, w: conn}, lockedWriter{mu: &mu, w: conn}
+	if !tty {
+		stdout = muxWriter{mu: &mu, w: conn, stream: stdcopy.Stdout}
+		stderr = muxWriter{mu: &mu, w: conn, stream: stdcopy.Stderr}
+	}
+	if boolValue(r, "stdout") {
+		opts.Stdout = stdout
+	}
+	if boolValue(r, "stderr") {
+		opts.Stderr = stderr
+	}
+
+	// One goroutine owns the read side for the whole attach: it feeds stdin
+	// while the backend wants it, then keeps reading until the client
+	// closes, so that the end of the attach can tell when that happened.
+	var stdinR *io.PipeReader
+	var stdinW *io.PipeWriter
+	if boolValue(r, "stdin") {
+		stdinR, stdinW = io.Pipe()
+		opts.Stdin = stdinR
+	}
+	clientDone := make(chan struct{})
+	go func() {
+		defer close(clientDone)
+		readClient(brw.Reader, stdinW)
+	}()
+
+	attachErr := s.cfg.Containers.Attach(ctx, name, opts)
+	if stdinR != nil {
+		// Unblocks the copy into a stdin the backend no longer reads.
+		stdinR.Close()
+	}
+	if attachErr != nil {
+		s.log.Error("attach failed", "container", name, "error", attachErr)
+		fmt.Fprintln(stdout, "Error attaching:", attachErr)
+	}
+
+	// Half-close: the client reads EOF after the last output, and closes.
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		timer := time.NewTimer(closeGrace)
+		defer timer.Stop()
+		select {
+		case <-clientDone:
+		case <-timer.C:
+		}
+	}
+	conn.Close()
+	<-clientDone
+	return nil
+}
+
+// readClient copies what the client sends into stdin (when attached) until
+// the client half-closes, which ends stdin, then drains the connection
+// until the client is gone.
+func readClient(r *bufio.Reader, stdin *io.PipeWriter) {
+	if stdin != nil {
+		_, err := io.Copy(stdin, r)
+		// err is nil at the client's EOF; either way stdin has ended.
+		stdin.CloseWithError(err)
+		if err != nil && !errors.Is(err, io.ErrClosedPipe) {
+			return
+		}
+	}
+	_, _ = io.Copy(io.Discard, r)
+}
