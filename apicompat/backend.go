@@ -3,14 +3,14 @@ package apicompat
 import (
 	"context"
 	"io"
-	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/image"
 	"github.com/moby/moby/api/types/jsonstream"
-	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/api/types/registry"
 	"github.com/moby/moby/api/types/system"
+
+	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // Errors returned by backends carry their class through containerd/errdefs
@@ -68,59 +68,16 @@ type Containers interface {
 	Resize(ctx context.Context, ref string, height, width uint) error
 }
 
-// CreateRequest is POST /containers/create.
-type CreateRequest struct {
-	Name       string
-	Platform   string
-	Config     *container.Config
-	HostConfig *container.HostConfig
-	Networking *network.NetworkingConfig
-}
-
-// RemoveOptions is DELETE /containers/{id}'s query.
-type RemoveOptions struct {
-	Force         bool
-	RemoveVolumes bool
-	RemoveLinks   bool
-}
-
-// ContainerListOptions is GET /containers/json's query.
-type ContainerListOptions struct {
-	All     bool
-	Limit   int
-	Size    bool
-	Filters map[string][]string
-}
-
-// AttachOptions are the streams of one attach. With a TTY, Stdout receives
-// everything and Stderr is unused; the server does the stdcopy framing.
-type AttachOptions struct {
-	Stdin  io.Reader
-	Stdout io.Writer
-	Stderr io.Writer
-	// Logs replays stored output first; Stream follows live output.
-	Logs   bool
-	Stream bool
-	// DetachKeys is unused until interactive attach lands.
-	DetachKeys string
-}
-
-// LogsOptions is GET /containers/{id}/logs's query.
-type LogsOptions struct {
-	Stdout, Stderr bool
-	Follow         bool
-	Since, Until   time.Time
-	// Tail is the number of lines from the end; negative means all.
-	Tail       int
-	Timestamps bool
-}
-
-// LogEntry is one chunk of output as stored.
-type LogEntry struct {
-	Stream string // "stdout" or "stderr"
-	Time   time.Time
-	Data   []byte
-}
+// The request types are the runtime's: nothing may import apicompat, so the
+// runtime owns them and the API layer names them here.
+type (
+	CreateRequest        = containers.CreateRequest
+	RemoveOptions        = containers.RemoveOptions
+	ContainerListOptions = containers.ListOptions
+	AttachOptions        = containers.AttachOptions
+	LogsOptions          = containers.LogsOptions
+	LogEntry             = containers.LogEntry
+)
 
 // System answers /info and /version with what only the daemon knows.
 type System interface {
