@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// commandTimeout only keeps a hung daemon from stalling the whole run.
+const commandTimeout = 3 * time.Minute
+
+// requireSuite skips t unless the suite is enabled, and arranges for the
+// daemon's log to be shown if t fails.
+func requireSuite(t *testing.T) *suiteState {
+	t.Helper()
+	if suite == nil {
+		t.Skipf("end-to-end suite disabled; set %s=1 (see e2e/README.md)", enableEnv)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last lines of the %s log (%s):\n%s", suite.Kind, suite.DaemonLog, tail(suite.DaemonLog, 40))
+		}
+	})
+	return suite
+}
+
+// result is what one docker CLI invocation produced.
+type result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// docker runs the docker CLI against the daemon under test.
+func docker(t *testing.T, args ...string) result {
+	t.Helper()
+	return dockerStdin(t, nil, args...)
+}
+
+// dockerStdin runs the docker CLI with stdin connected to in.
+func dockerStdin(t *testing.T, in io.Reader, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, suite.DockerCLI, args...)
+	cmd.Env = dockerEnv()
+	cmd.Stdin = in
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("docker %s did not finish within %v; stdout %q, stderr %q", strings.Join(args, " "), commandTimeout, res.Stdout, res.Stderr)
+	case errors.As(err, &exit):
+		res.Code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
+	}
+	t.Logf("$ docker %s\n  exit %d, stdout %q, stderr %q", strings.Join(args, " "), res.Code, res.Stdout, res.Stderr)
+	return res
+}
+
+// dockerEnv is the CLI's environment: the daemon under test, a private
+// client config, and nothing inherited that could redirect it.
+func dockerEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DOCKER_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "DOCKER_HOST="+suite.DockerHost, "DOCKER_CONFIG="+suite.DockerConfig, "DOCKER_CLI_HINTS=false")
+}
+
+// mustDocker runs the CLI and fails t unless it exits 0; it returns stdout.
+func mustDocker(t *testing.T, args ...string) string {
+	t.Helper()
+	r := docker(t, args...)
+	if r.Code != 0 {
+		t.Fatalf("docker %s: exit %d, stderr %q", strings.Join(args, " "), r.Code, r.Stderr)
+	}
+	return r.Stdout
+}
+
+// ref is the registry reference of a test image.
+func ref(repo string) string { return testimages.Ref(suite.Registry, repo) }
+
+// pulled returns the reference of a test image after making sure the
+// daemon has it, so that `docker run` prints nothing about pulling.
+func pulled(t *testing.T, repo string) string {
+	t.Helper()
+	r := ref(repo)
+	if docker(t, "image", "inspect", "--format", "{{.Id}}", r).Code != 0 {
+		mustDocker(t, "pull", r)
+	}
+	return r
+}
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+// containerName returns a container name unique to t (plus suffix) and
+// removes any container of that name when t ends.
+func containerName(t *testing.T, suffix string) string {
+	t.Helper()
+	name := "e2e-" + strings.ToLower(unsafeName.ReplaceAllString(t.Name(), "-")) + suffix
+	t.Cleanup(func() {
+		// Best effort: the test normally removed it already.
+		ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, suite.DockerCLI, "rm", "-f", name)
+		cmd.Env = dockerEnv()
+		_ = cmd.Run()
+	})
+	return name
+}
+
+// restartDaemon restarts the daemon under test on the same state.
+func restartDaemon(t *testing.T) {
+	t.Helper()
+	if err := control.do("restart"); err != nil {
+		t.Fatalf("restart %s: %v", suite.Kind, err)
+	}
+}
+
+// eventually polls check until it returns "" or commandTimeout passes; it
+// is for states a daemon reaches asynchronously (a detached container's
+// first output), and never measures how long that took.
+func eventually(t *testing.T, what string, check func() string) {
+	t.Helper()
+	deadline := time.Now().Add(commandTimeout)
+	for {
+		msg := check()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not true after %v: %s", what, commandTimeout, msg)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
