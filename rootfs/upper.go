@@ -1,0 +1,218 @@
+package rootfs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+)
+
+// Upper disks are copies of a template formatted once per size, because a
+// copy is cheaper than a format and does not need mkfs on every create.
+// Measured on the development host (ext4 root, so no reflink; 8 GiB apparent
+// size, fsync included): mkfs.ext4 about 12 ms (exec included) against about
+// 4 ms for the sparse copy of the template's 4.2 MiB of data; with FICLONE
+// (btrfs, XFS) the copy is one ioctl. Every upper therefore shares the
+// template's filesystem UUID, which is harmless: each VM sees one upper, and
+// ext4 does not refuse duplicate UUIDs.
+//
+// mkfs options, and why:
+//   - keep the journal: the upper holds the container's writes, which must
+//     survive a killed VM well enough to restart the container; replaying
+//     a small journal on mount is cheap even under TCG.
+//   - lazy_journal_init=1: do not write 64 MiB of journal zeros. The journal
+//     of a fresh sparse file is a hole, which reads as zeros, so it is as
+//     safe as zeroing and keeps the template at about 4 MiB instead of 68.
+//   - lazy_itable_init=1 with discard left on (the default): on a regular
+//     file mke2fs punches the whole file and, since that reads back as
+//     zeros, flags every inode table as zeroed. The guest's ext4lazyinit
+//     thread then has nothing to zero on first mount, which under TCG would
+//     otherwise compete with the container for the CPU. nodiscard would
+//     lose that flag.
+//   - -m 0: reserving 5% for root makes no sense for a container's scratch
+//     space. root_owner=0:0 keeps the root directory root's even when the
+//     daemon is not.
+//
+// The guest agent creates the overlay's upper/ and work/ directories itself.
+var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-m", "0",
+	"-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1"}
+
+// templateVersion names templates, so a change of mkfsArgs does not reuse
+// templates formatted with the old options.
+const templateVersion = "v1"
+
+// minUpperSize is the smallest upper accepted: room for the journal and
+// the metadata with space left for the container.
+const minUpperSize = 64 << 20
+
+// NewUpper creates a sparse writable ext4 disk at path with the given
+// apparent size. It fails with errdefs.ErrAlreadyExists if path exists,
+// rather than overwriting a container's data.
+func (s *Store) NewUpper(ctx context.Context, path string, size int64) error {
+	if size < minUpperSize {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("upper disk size %d is below the minimum of %d bytes", size, minUpperSize))
+	}
+	tmpl, err := s.upperTemplate(ctx, size)
+	if err != nil {
+		return err
+	}
+	src, err := os.Open(tmpl)
+	if err != nil {
+		return fmt.Errorf("open upper template: %w", err)
+	}
+	defer src.Close()
+	return createExclusive(path, 0o600, func(dst *os.File) error {
+		if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err == nil {
+			return nil
+		}
+		// No reflink on this filesystem (or across filesystems): copy only
+		// the template's data, keeping its holes.
+		return sparseCopy(ctx, dst, src, size)
+	})
+}
+
+// upperTemplate returns a formatted template of the given size, making it
+// on first use.
+func (s *Store) upperTemplate(ctx context.Context, size int64) (string, error) {
+	final := filepath.Join(s.templateDir, "upper-"+templateVersion+"-"+strconv.FormatInt(size, 10)+".ext4")
+	if _, err := os.Stat(final); err == nil {
+		return final, nil
+	}
+	unlock, err := s.locks.lock(ctx, final)
+	if err != nil {
+		return "", fmt.Errorf("wait for upper template: %w", err)
+	}
+	defer unlock()
+	if _, err := os.Stat(final); err == nil {
+		return final, nil
+	}
+	err = writeAtomic(final, 0o444, func(f *os.File) error {
+		if err := f.Truncate(size); err != nil {
+			return fmt.Errorf("size upper template: %w", err)
+		}
+		return mkfsExt4(ctx, f.Name())
+	})
+	if err != nil {
+		return "", fmt.Errorf("make upper template of %d bytes: %w", size, err)
+	}
+	return final, nil
+}
+
+// mkfsExt4 formats the file at p, which already has its final size.
+func mkfsExt4(ctx context.Context, p string) error {
+	bin, err := findMkfs()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, bin, append(mkfsArgs, p)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w: %s", bin, p, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// findMkfs looks in PATH and then in the sbin directories a daemon's PATH
+// often lacks.
+func findMkfs() (string, error) {
+	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("mkfs.ext4 not found (install e2fsprogs)")
+}
+
+// sparseCopy copies src's data extents to dst and gives dst the apparent size
+// size. All-zero chunks are skipped too, so filesystems that report no holes
+// still get a sparse copy.
+func sparseCopy(ctx context.Context, dst, src *os.File, size int64) error {
+	fd := int(src.Fd())
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole remains
+		}
+		if err != nil {
+			return fmt.Errorf("find data in %s: %w", src.Name(), err)
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("find hole in %s: %w", src.Name(), err)
+		}
+		for off = data; off < hole; {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			n, err := src.ReadAt(buf[:min(int64(len(buf)), hole-off)], off)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("read %s: %w", src.Name(), err)
+			}
+			if n == 0 {
+				return fmt.Errorf("read %s: unexpected end at %d", src.Name(), off)
+			}
+			if !isZero(buf[:n]) {
+				if _, err := dst.WriteAt(buf[:n], off); err != nil {
+					return fmt.Errorf("write %s: %w", dst.Name(), err)
+				}
+			}
+			off += int64(n)
+		}
+	}
+	if err := dst.Truncate(size); err != nil {
+		return fmt.Errorf("size %s: %w", dst.Name(), err)
+	}
+	return nil
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// createExclusive creates path through a temporary file that fill writes and
+// that is then synced and hard-linked into place: the link fails if path
+// exists, so nothing is overwritten, and nothing partial is ever at path.
+func createExclusive(path string, perm os.FileMode, fill func(*os.File) error) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+tmpInfix+"*")
+	if err != nil {
+		return fmt.Errorf("create temporary file for %s: %w", path, err)
+	}
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	if err := fill(f); err != nil {
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fmt.Errorf("chmod %s: %w", f.Name(), err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", f.Name(), err)
+	}
+	if err := os.Link(f.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return errdefs.ErrAlreadyExists.WithMessage(fmt.Sprintf("upper disk %s already exists", path))
+		}
+		return fmt.Errorf("link %s into place: %w", path, err)
+	}
+	return syncDir(dir)
+}
