@@ -112,6 +112,9 @@ type SetupSpec struct {
 	UpperSerial string `json:"upperSerial"`
 	// Hosts is written to /etc/hosts when non-empty.
 	Hosts string `json:"hosts,omitempty"`
+	// ResolvConf is the content of the container's /etc/resolv.conf; when
+	// empty the image's own file is left in place.
+	ResolvConf string `json:"resolvConf,omitempty"`
 }
 
 // ProcessSpec follows the OCI runtime-spec Process.

@@ -1,0 +1,69 @@
+//go:build linux
+
+// Command husk-agent is /init of every husk VM's initramfs: it boots the
+// guest and serves the host over the virtio-serial port named
+// proto.PortName. Build it static: CGO_ENABLED=0.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/husk-vm/husk/shim/agent"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+func main() {
+	// In the agent's re-executed child this becomes the container process.
+	agent.Reexec()
+
+	console, err := os.OpenFile("/dev/console", os.O_WRONLY, 0)
+	if err != nil {
+		console = os.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	err = run(context.Background(), log)
+	if err != nil {
+		log.Error("husk-agent failed", "err", err)
+	}
+	if os.Getpid() != 1 {
+		os.Exit(1)
+	}
+	// PID 1 must not exit (the kernel would panic over the log above);
+	// end the machine instead.
+	if err := agent.PowerOff(); err != nil {
+		log.Error("power off", "err", err)
+	}
+	select {}
+}
+
+func run(ctx context.Context, log *slog.Logger) error {
+	pid1 := os.Getpid() == 1
+	if pid1 {
+		if err := agent.Boot(ctx, log, "/husk/modules.order"); err != nil {
+			return err
+		}
+		// /dev/console may only exist now that devtmpfs is mounted.
+		if c, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
+			log = slog.New(slog.NewTextHandler(c, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}
+	}
+	log.Info("husk-agent starting", "pid", os.Getpid())
+	a, err := agent.New(agent.Options{
+		Logger:      log,
+		Rootfs:      &agent.GuestRootfs{},
+		PowerOff:    agent.PowerOff,
+		ReapOrphans: pid1,
+	})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	port, err := agent.FindSerialPort(ctx, proto.PortName)
+	if err != nil {
+		return err
+	}
+	log.Info("serving host", "port", port)
+	return a.Serve(ctx, &agent.SerialListener{Path: port})
+}

@@ -1,0 +1,493 @@
+//go:build linux
+
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// Rootfs prepares the container's root filesystem on OpSetup and releases it
+// on OpShutdown.
+type Rootfs interface {
+	Mount(ctx context.Context, spec proto.SetupSpec) (dir string, err error)
+	Unmount(ctx context.Context) error
+}
+
+// DirRootfs is a root filesystem that already exists as a directory; Mount
+// and Unmount do nothing. Tests use it in place of the guest's disks.
+type DirRootfs string
+
+// Mount returns the directory.
+func (d DirRootfs) Mount(context.Context, proto.SetupSpec) (string, error) { return string(d), nil }
+
+// Unmount does nothing.
+func (d DirRootfs) Unmount(context.Context) error { return nil }
+
+// Options configure an Agent. The zero value is what runs in the guest
+// except for Rootfs, PowerOff and ReapOrphans, which cmd/husk-agent sets.
+type Options struct {
+	Logger *slog.Logger
+	// Rootfs prepares the container root; required.
+	Rootfs Rootfs
+	// StateDir holds the agent's own files (the container's /etc/hosts,
+	// /etc/hostname, /etc/resolv.conf). Default /run/husk.
+	StateDir string
+	// Exe is the binary re-executed as the container's init; it must call
+	// Reexec first thing in main. Default /proc/self/exe.
+	Exe string
+	// PowerOff ends the machine after OpShutdown has been answered. Nil
+	// means OpShutdown only stops processes and releases the root.
+	PowerOff func() error
+	// ReapOrphans makes the agent wait for every child, not only its own
+	// processes: PID 1 inherits all orphans and must reap them.
+	ReapOrphans bool
+	// OutputLimit bounds the bytes held per output stream while no host
+	// stream takes them. Default 8 MiB.
+	OutputLimit int
+}
+
+// Agent serves the protocol of package proto for one machine. Its processes
+// and their buffered output outlive any one session.
+type Agent struct {
+	log  *slog.Logger
+	opts Options
+
+	mu       sync.Mutex
+	root     string // set by OpSetup
+	hostname string
+	etcDir   string
+	procs    map[string]*process
+
+	// pmu orders process creation against reaping so that no exit goes
+	// unattributed between fork and registration.
+	pmu   sync.Mutex
+	byPid map[int]*process
+
+	sigch     chan os.Signal
+	stop      chan struct{}
+	reapDone  chan struct{}
+	closeOnce sync.Once
+}
+
+// New makes an Agent and starts its reaper. Close stops it.
+func New(opts Options) (*Agent, error) {
+	if opts.Rootfs == nil {
+		return nil, errors.New("agent: Options.Rootfs is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = "/run/husk"
+	}
+	if opts.Exe == "" {
+		opts.Exe = "/proc/self/exe"
+	}
+	a := &Agent{
+		log:      opts.Logger,
+		opts:     opts,
+		procs:    map[string]*process{},
+		byPid:    map[int]*process{},
+		sigch:    make(chan os.Signal, 1),
+		stop:     make(chan struct{}),
+		reapDone: make(chan struct{}),
+	}
+	startReaper(a)
+	return a, nil
+}
+
+// Close kills every process the agent started and stops the reaper.
+func (a *Agent) Close() error {
+	a.killAll(context.Background())
+	a.closeOnce.Do(func() {
+		close(a.stop)
+		<-a.reapDone
+	})
+	return nil
+}
+
+// Listener yields one connection per host session: a virtio-serial port
+// once the host has connected, or an accepted vsock connection.
+type Listener interface {
+	Accept(ctx context.Context) (io.ReadWriteCloser, error)
+}
+
+// Serve runs sessions from l one after another until ctx ends or l fails.
+// A session that fails only ends that session.
+func (a *Agent) Serve(ctx context.Context, l Listener) error {
+	for {
+		conn, err := l.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("accept host session: %w", err)
+		}
+		a.log.Info("host session started")
+		err = a.ServeConn(ctx, conn)
+		a.log.Info("host session ended", "err", err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// yamuxConfig is shared by both ends: keep-alives off so a paused VM is not
+// declared dead, stream-open timeout off so a slow boot does not kill the
+// session, and write timeouts long enough for a guest under TCG.
+func yamuxConfig(log *slog.Logger) *yamux.Config {
+	cfg := yamux.DefaultConfig()
+	cfg.EnableKeepAlive = false
+	cfg.ConnectionWriteTimeout = 2 * time.Minute
+	cfg.StreamOpenTimeout = 0
+	cfg.StreamCloseTimeout = 2 * time.Minute
+	cfg.LogOutput = nil
+	cfg.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	return cfg
+}
+
+// ServeConn runs one yamux server session over conn until it fails or ctx
+// ends, and closes conn.
+func (a *Agent) ServeConn(ctx context.Context, conn io.ReadWriteCloser) error {
+	sess, err := yamux.Server(conn, yamuxConfig(a.log))
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("start yamux session: %w", err)
+	}
+	defer sess.Close()
+	stopWatch := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stopWatch()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			sess.Close()
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.handle(ctx, sess, st)
+		}()
+	}
+}
+
+// stream is one accepted request stream.
+type stream struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (s *stream) Read(p []byte) (int, error) { return s.r.Read(p) }
+
+func (s *stream) respond(r proto.Response) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = s.Conn.Write(append(b, '\n'))
+	return err
+}
+
+func (a *Agent) handle(ctx context.Context, sess *yamux.Session, c net.Conn) {
+	s := &stream{Conn: c, r: bufio.NewReaderSize(c, 64<<10)}
+	defer s.Close()
+	line, err := s.r.ReadSlice('\n')
+	if err != nil {
+		a.log.Debug("read request", "err", err)
+		return
+	}
+	var req proto.Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		_ = s.respond(errResponse(&agentError{proto.KindInvalid, fmt.Sprintf("decode request: %v", err)}))
+		return
+	}
+	a.log.Debug("request", "op", req.Op, "id", req.ID)
+	if err := a.dispatch(ctx, sess, s, &req); err != nil {
+		_ = s.respond(errResponse(err))
+	}
+}
+
+// agentError carries an ErrorKind to the host.
+type agentError struct {
+	kind proto.ErrorKind
+	msg  string
+}
+
+func (e *agentError) Error() string { return e.msg }
+
+func errResponse(err error) proto.Response {
+	var ae *agentError
+	if errors.As(err, &ae) {
+		return proto.Response{Error: ae.msg, Kind: ae.kind}
+	}
+	return proto.Response{Error: err.Error(), Kind: proto.KindInternal}
+}
+
+func noProcess(id string) error {
+	return &agentError{proto.KindNoProcess, fmt.Sprintf("no such process: %s", id)}
+}
+
+// dispatch serves one request. A returned error is sent as the Response;
+// handlers that answered themselves return nil.
+func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, req *proto.Request) error {
+	switch req.Op {
+	case proto.OpPing:
+		var u unix.Utsname
+		_ = unix.Uname(&u)
+		return s.respond(proto.Response{Version: proto.Version, Info: &proto.AgentInfo{Kernel: unix.ByteSliceToString(u.Release[:])}})
+	case proto.OpSetup:
+		if req.Setup == nil {
+			return &agentError{proto.KindInvalid, "setup: missing spec"}
+		}
+		if err := a.setup(ctx, *req.Setup); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{})
+	case proto.OpStart:
+		if req.Process == nil {
+			return &agentError{proto.KindInvalid, "start: missing process spec"}
+		}
+		p, err := a.start(req.ID, *req.Process)
+		if err != nil {
+			return err
+		}
+		if err := s.respond(proto.Response{Pid: p.pid}); err != nil {
+			return nil
+		}
+		return a.answerExit(sess, s, p)
+	case proto.OpShutdown:
+		return a.shutdown(ctx, s)
+	}
+
+	p := a.lookup(req.ID)
+	if p == nil {
+		return noProcess(req.ID)
+	}
+	switch req.Op {
+	case proto.OpWait:
+		return a.answerExit(sess, s, p)
+	case proto.OpStdout, proto.OpStderr:
+		out := p.stdout
+		if req.Op == proto.OpStderr {
+			out = p.stderr
+		}
+		if err := s.respond(proto.Response{Pid: p.pid}); err != nil {
+			return nil
+		}
+		// The host detaches by closing its side; stop sending at once so
+		// the rest stays here for the next attachment.
+		go func() {
+			_, _ = io.Copy(io.Discard, s.r)
+			s.Close()
+		}()
+		if err := out.sendTo(s); err != nil {
+			a.log.Debug("output attachment ended", "id", p.id, "op", req.Op, "err", err)
+		}
+		return nil
+	case proto.OpStdin:
+		if p.stdin == nil {
+			return &agentError{proto.KindInvalid, fmt.Sprintf("process %s has no stdin", p.id)}
+		}
+		if err := s.respond(proto.Response{Pid: p.pid}); err != nil {
+			return nil
+		}
+		p.copyStdin(s, sess)
+		return nil
+	case proto.OpSignal:
+		if err := p.signal(syscall.Signal(req.Signal)); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{Pid: p.pid})
+	case proto.OpResize:
+		return &agentError{proto.KindInvalid, "tty is not supported yet"}
+	case proto.OpForget:
+		if err := a.forget(p); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{})
+	}
+	return &agentError{proto.KindInvalid, fmt.Sprintf("unknown op %q", req.Op)}
+}
+
+// answerExit sends the exit Response once p has exited, unless the session
+// ends first.
+func (a *Agent) answerExit(sess *yamux.Session, s *stream, p *process) error {
+	select {
+	case <-p.exited:
+		_ = s.respond(proto.Response{Pid: p.pid, Exit: &proto.ExitStatus{Code: p.status.Code, Signal: p.status.Signal}})
+	case <-sess.CloseChan():
+	}
+	return nil
+}
+
+func (a *Agent) lookup(id string) *process {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.procs[id]
+}
+
+func (a *Agent) forget(p *process) error {
+	select {
+	case <-p.exited:
+	default:
+		return &agentError{proto.KindInvalid, fmt.Sprintf("process %s is still running", p.id)}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.procs[p.id] == p {
+		delete(a.procs, p.id)
+	}
+	p.release()
+	return nil
+}
+
+// setup prepares the root once per boot; a repeated setup (a new host
+// session after a daemon restart) is accepted without redoing it.
+func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.root != "" {
+		return nil
+	}
+	etcDir := filepath.Join(a.opts.StateDir, "etc")
+	if err := writeEtcFiles(etcDir, spec); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	root, err := a.opts.Rootfs.Mount(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	a.root, a.hostname, a.etcDir = root, spec.Hostname, etcDir
+	a.log.Info("container root ready", "root", root, "hostname", spec.Hostname)
+	return nil
+}
+
+// writeEtcFiles writes the files the container sees as /etc/hostname,
+// /etc/hosts and /etc/resolv.conf. They live outside the container root and
+// are bind-mounted in, as Docker does, so they never land in the upper
+// layer's diff.
+func writeEtcFiles(dir string, spec proto.SetupSpec) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	files := map[string]string{}
+	if spec.Hostname != "" {
+		files["hostname"] = spec.Hostname + "\n"
+	}
+	hosts := spec.Hosts
+	if hosts == "" {
+		var b strings.Builder
+		b.WriteString("127.0.0.1\tlocalhost\n")
+		b.WriteString("::1\tlocalhost ip6-localhost ip6-loopback\n")
+		b.WriteString("fe00::\tip6-localnet\nff00::\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
+		if spec.Hostname != "" {
+			b.WriteString("127.0.0.1\t" + spec.Hostname + "\n")
+		}
+		hosts = b.String()
+	}
+	files["hosts"] = hosts
+	if spec.ResolvConf != "" {
+		files["resolv.conf"] = spec.ResolvConf
+	}
+	for name, content := range files {
+		if err := writeFileAtomic(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return fmt.Errorf("chmod %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("rename into %s: %w", path, err)
+	}
+	return nil
+}
+
+// shutdown stops every process, releases the root, answers, and powers off.
+func (a *Agent) shutdown(ctx context.Context, s *stream) error {
+	a.killAll(ctx)
+	unix.Sync()
+	a.mu.Lock()
+	mounted := a.root != ""
+	a.root = ""
+	a.mu.Unlock()
+	if mounted {
+		if err := a.opts.Rootfs.Unmount(ctx); err != nil {
+			a.log.Error("release container root", "err", err)
+		}
+	}
+	unix.Sync()
+	if err := s.respond(proto.Response{}); err != nil {
+		a.log.Warn("answer shutdown", "err", err)
+	}
+	s.Close()
+	if a.opts.PowerOff != nil {
+		if err := a.opts.PowerOff(); err != nil {
+			a.log.Error("power off", "err", err)
+		}
+	}
+	return nil
+}
+
+// killAll sends SIGKILL to every running process and waits until they are
+// reaped or ctx ends.
+func (a *Agent) killAll(ctx context.Context) {
+	a.mu.Lock()
+	procs := make([]*process, 0, len(a.procs))
+	for _, p := range a.procs {
+		procs = append(procs, p)
+	}
+	a.mu.Unlock()
+	for _, p := range procs {
+		_ = p.signal(syscall.SIGKILL)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.exited:
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -1,0 +1,374 @@
+//go:build linux
+
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// Boot prepares the guest for the agent when it runs as /init: the kernel
+// filesystems, the loopback interface and the kernel modules listed in
+// modulesOrder (one path per line, loaded in order). A failing module is
+// logged, not fatal: the agent may still reach the host.
+func Boot(ctx context.Context, log *slog.Logger, modulesOrder string) error {
+	mounts := []struct {
+		target, fstype string
+		flags          uintptr
+		data           string
+	}{
+		{"/proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"/sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"/dev", "devtmpfs", unix.MS_NOSUID, "mode=0755"},
+		{"/dev/pts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "gid=5,mode=0620,ptmxmode=0666"},
+		{"/dev/shm", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
+		{"/run", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
+		{"/tmp", "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
+	}
+	for _, m := range mounts {
+		if err := os.MkdirAll(m.target, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", m.target, err)
+		}
+		err := unix.Mount(m.fstype, m.target, m.fstype, m.flags, m.data)
+		if err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.target, err)
+		}
+	}
+	if err := loopbackUp(); err != nil {
+		log.Error("bring up lo", "err", err)
+	}
+	loadModules(ctx, log, modulesOrder)
+	return nil
+}
+
+// loopbackUp sets IFF_UP on lo; the kernel configures 127.0.0.1 itself.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("get flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("set flags: %w", err)
+	}
+	return nil
+}
+
+func loadModules(ctx context.Context, log *slog.Logger, orderFile string) {
+	f, err := os.Open(orderFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		log.Error("read module list", "err", err)
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() && ctx.Err() == nil {
+		path := strings.TrimSpace(sc.Text())
+		if path == "" || strings.HasPrefix(path, "#") {
+			continue
+		}
+		if err := loadModule(path); err != nil {
+			log.Error("load kernel module", "path", path, "err", err)
+		}
+	}
+}
+
+func loadModule(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	err = unix.FinitModule(int(f.Fd()), "", 0)
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("finit_module: %w", err)
+	}
+	return nil
+}
+
+// FindSerialPort waits until the virtio-serial port called name appears and
+// returns its device path.
+func FindSerialPort(ctx context.Context, name string) (string, error) {
+	for {
+		matches, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+		for _, m := range matches {
+			b, err := os.ReadFile(m)
+			if err != nil || strings.TrimSpace(string(b)) != name {
+				continue
+			}
+			dev := "/dev/" + filepath.Base(filepath.Dir(m))
+			if _, err := os.Stat(dev); err == nil {
+				return dev, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("wait for virtio-serial port %q: %w", name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// SerialListener yields sessions over a virtio-serial port. The port is
+// opened afresh for every session and handed out only once the host side is
+// connected: while it is not, the Linux driver reports POLLHUP and read
+// returns 0, which a yamux session would take for the end of the stream.
+type SerialListener struct {
+	Path string
+	// Interval between checks for a host connection; default 50ms.
+	Interval time.Duration
+}
+
+// Accept waits until the host is connected to the port.
+func (l *SerialListener) Accept(ctx context.Context) (io.ReadWriteCloser, error) {
+	interval := l.Interval
+	if interval <= 0 {
+		interval = 50 * time.Millisecond
+	}
+	var f *os.File
+	for {
+		var err error
+		// O_NONBLOCK puts the port under the Go poller, so closing it
+		// unblocks a session stuck writing to an absent host.
+		f, err = os.OpenFile(l.Path, os.O_RDWR|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if err == nil {
+			break
+		}
+		// EBUSY: the previous session's descriptor is still closing.
+		if !errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("open %s: %w", l.Path, err)
+		}
+		if err := sleepCtx(ctx, interval); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		up, err := hostConnected(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("poll %s: %w", l.Path, err)
+		}
+		if up {
+			return f, nil
+		}
+		if err := sleepCtx(ctx, interval); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+}
+
+func hostConnected(f *os.File) (bool, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var revents int16
+	var perr error
+	err = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			_, perr = unix.Poll(fds, 0)
+			if perr != unix.EINTR {
+				break
+			}
+		}
+		revents = fds[0].Revents
+	})
+	if err != nil {
+		return false, err
+	}
+	if perr != nil {
+		return false, perr
+	}
+	return revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) == 0, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// VsockListener yields one session per vsock connection to a port.
+type VsockListener struct {
+	fd int
+}
+
+// ListenVsock listens on port for connections from the host.
+func ListenVsock(port uint32) (*VsockListener, error) {
+	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("vsock socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrVM{CID: unix.VMADDR_CID_ANY, Port: port}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("bind vsock port %d: %w", port, err)
+	}
+	if err := unix.Listen(fd, 4); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("listen on vsock port %d: %w", port, err)
+	}
+	return &VsockListener{fd: fd}, nil
+}
+
+// Accept waits for the next connection. A blocking accept cannot be
+// interrupted by ctx; Close the listener to end it.
+func (l *VsockListener) Accept(ctx context.Context) (io.ReadWriteCloser, error) {
+	for {
+		nfd, _, err := unix.Accept4(l.fd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("accept vsock: %w", err)
+		}
+		if ctx.Err() != nil {
+			unix.Close(nfd)
+			return nil, ctx.Err()
+		}
+		return os.NewFile(uintptr(nfd), "vsock"), nil
+	}
+}
+
+// Close stops listening.
+func (l *VsockListener) Close() error { return unix.Close(l.fd) }
+
+// GuestRootfs builds the container root from the VM's disks: the image's
+// base ext4 read-only, the container's upper ext4 read-write, and an
+// overlay of the two.
+type GuestRootfs struct {
+	// Dir holds base, upper and root; default /run/husk.
+	Dir string
+}
+
+func (g *GuestRootfs) dir() string {
+	if g.Dir == "" {
+		return "/run/husk"
+	}
+	return g.Dir
+}
+
+// Mount finds the disks by serial, mounts them and the overlay, and sets
+// the machine's hostname.
+func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, error) {
+	base, err := findDisk(ctx, spec.BaseSerial)
+	if err != nil {
+		return "", err
+	}
+	upper, err := findDisk(ctx, spec.UpperSerial)
+	if err != nil {
+		return "", err
+	}
+	d := g.dir()
+	baseDir, upperDir, rootDir := filepath.Join(d, "base"), filepath.Join(d, "upper"), filepath.Join(d, "root")
+	for _, p := range []string{baseDir, upperDir, rootDir} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return "", fmt.Errorf("create %s: %w", p, err)
+		}
+	}
+	// noload: a read-only base shared by many VMs must not replay its
+	// journal.
+	if err := unix.Mount(base, baseDir, "ext4", unix.MS_RDONLY, "noload"); err != nil {
+		return "", fmt.Errorf("mount base %s: %w", base, err)
+	}
+	if err := unix.Mount(upper, upperDir, "ext4", 0, ""); err != nil {
+		unix.Unmount(baseDir, 0)
+		return "", fmt.Errorf("mount upper %s: %w", upper, err)
+	}
+	up, work := filepath.Join(upperDir, "upper"), filepath.Join(upperDir, "work")
+	for _, p := range []string{up, work} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			g.unmount(baseDir, upperDir)
+			return "", fmt.Errorf("create %s: %w", p, err)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", baseDir, up, work)
+	if err := unix.Mount("overlay", rootDir, "overlay", 0, opts); err != nil {
+		g.unmount(baseDir, upperDir)
+		return "", fmt.Errorf("mount overlay: %w", err)
+	}
+	if spec.Hostname != "" {
+		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
+			return "", fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	return rootDir, nil
+}
+
+// Unmount releases the overlay and both disks.
+func (g *GuestRootfs) Unmount(ctx context.Context) error {
+	d := g.dir()
+	return g.unmount(filepath.Join(d, "root"), filepath.Join(d, "upper"), filepath.Join(d, "base"))
+}
+
+func (g *GuestRootfs) unmount(paths ...string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			// A busy mount is detached so the disk is at least synced.
+			if err2 := unix.Unmount(p, unix.MNT_DETACH); err2 != nil {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// findDisk returns /dev/vdX of the virtio-blk disk with the given serial,
+// waiting briefly for it to appear.
+func findDisk(ctx context.Context, serial string) (string, error) {
+	if serial == "" {
+		return "", errors.New("find disk: empty serial")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		matches, _ := filepath.Glob("/sys/block/*/serial")
+		for _, m := range matches {
+			b, err := os.ReadFile(m)
+			if err == nil && strings.TrimSpace(string(b)) == serial {
+				return "/dev/" + filepath.Base(filepath.Dir(m)), nil
+			}
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return "", fmt.Errorf("find disk with serial %q: %w", serial, err)
+		}
+	}
+}
+
+// PowerOff ends the machine.
+func PowerOff() error {
+	unix.Sync()
+	return unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}

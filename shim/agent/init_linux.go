@@ -1,0 +1,296 @@
+//go:build linux
+
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// initArg0 marks the agent's re-executed child in its argv[0].
+const initArg0 = "husk-agent-init"
+
+// Descriptors the agent passes its child beyond stdio.
+const (
+	configFd = 3
+	statusFd = 4
+)
+
+// defaultPath is the PATH Docker gives containers whose image sets none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Reexec must run first in main (and TestMain) of any binary that runs an
+// Agent. In the agent's re-executed child it prepares the container process
+// and execs it, never returning; elsewhere it returns at once.
+//
+// The child exists because Go cannot run code between fork and exec: the
+// user's program has to become PID 1 of a fresh PID namespace with its own
+// /proc, root, user and working directory, so a small init (this binary)
+// does that work and then replaces itself with the program.
+func Reexec() {
+	if len(os.Args) == 0 || os.Args[0] != initArg0 {
+		return
+	}
+	status := os.NewFile(statusFd, "status")
+	unix.CloseOnExec(statusFd)
+	err := containerInit()
+	var f initFailure
+	var ae *agentError
+	if errors.As(err, &ae) {
+		f = initFailure{Kind: ae.kind, Message: ae.msg}
+	} else {
+		f = initFailure{Kind: proto.KindInternal, Message: err.Error()}
+	}
+	b, _ := json.Marshal(f)
+	_, _ = status.Write(b)
+	os.Exit(127)
+}
+
+func containerInit() error {
+	cfgFile := os.NewFile(configFd, "config")
+	var cfg initConfig
+	err := json.NewDecoder(cfgFile).Decode(&cfg)
+	cfgFile.Close()
+	if err != nil {
+		return fmt.Errorf("read init config: %w", err)
+	}
+	spec := cfg.Process
+
+	if cfg.Mounts {
+		if err := prepareRoot(cfg); err != nil {
+			return err
+		}
+	}
+	if err := unix.Chroot(cfg.Root); err != nil {
+		return fmt.Errorf("chroot %s: %w", cfg.Root, err)
+	}
+	if err := os.Chdir("/"); err != nil {
+		return fmt.Errorf("chdir /: %w", err)
+	}
+
+	passwd, err := openOptional("/etc/passwd")
+	if err != nil {
+		return fmt.Errorf("open /etc/passwd: %w", err)
+	}
+	group, err := openOptional("/etc/group")
+	if err != nil {
+		return fmt.Errorf("open /etc/group: %w", err)
+	}
+	u, err := resolveUser(spec.User, passwd, group)
+	if passwd != nil {
+		passwd.Close()
+	}
+	if group != nil {
+		group.Close()
+	}
+	var ue *userError
+	if errors.As(err, &ue) {
+		return &agentError{proto.KindUser, ue.msg}
+	}
+	if err != nil {
+		return err
+	}
+
+	env := containerEnv(spec.Env, u.Home, cfg.Hostname)
+	cwd := spec.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	// Docker creates a missing working directory, owned by root.
+	if err := os.MkdirAll(cwd, 0o755); err != nil {
+		return fmt.Errorf("create working directory %s: %w", cwd, err)
+	}
+
+	groups := u.Groups
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups %v: %w", groups, err)
+	}
+	if err := syscall.Setgid(u.GID); err != nil {
+		return fmt.Errorf("setgid %d: %w", u.GID, err)
+	}
+	if err := syscall.Setuid(u.UID); err != nil {
+		return fmt.Errorf("setuid %d: %w", u.UID, err)
+	}
+	if err := os.Chdir(cwd); err != nil {
+		kind := proto.KindInternal
+		if errors.Is(err, fs.ErrPermission) {
+			kind = proto.KindPermission
+		}
+		return &agentError{kind, fmt.Sprintf("chdir to cwd (%q) set in config.json failed: %v", cwd, errors.Unwrap(err))}
+	}
+
+	// exec.LookPath reads PATH from our own environment, which is thrown
+	// away by the exec below.
+	os.Setenv("PATH", envValue(env, "PATH"))
+	path, err := exec.LookPath(spec.Args[0])
+	if err != nil {
+		kind := proto.KindNotFound
+		if errors.Is(err, fs.ErrPermission) {
+			kind = proto.KindPermission
+		}
+		return &agentError{kind, err.Error()}
+	}
+	err = unix.Exec(path, spec.Args, env)
+	kind := proto.KindInternal
+	switch {
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		kind = proto.KindPermission
+	case errors.Is(err, unix.ENOENT):
+		kind = proto.KindNotFound
+	}
+	return &agentError{kind, fmt.Sprintf("exec %s: %v", path, err)}
+}
+
+// containerEnv adds what Docker and runc add to a process environment:
+// PATH when the image sets none, HOSTNAME, and HOME from the user's entry.
+func containerEnv(env []string, home, hostname string) []string {
+	out := append([]string(nil), env...)
+	if _, ok := lookupEnv(out, "PATH"); !ok {
+		out = append(out, "PATH="+defaultPath)
+	}
+	if _, ok := lookupEnv(out, "HOSTNAME"); !ok && hostname != "" {
+		out = append(out, "HOSTNAME="+hostname)
+	}
+	if _, ok := lookupEnv(out, "HOME"); !ok {
+		out = append(out, "HOME="+home)
+	}
+	return out
+}
+
+func lookupEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func envValue(env []string, key string) string {
+	v, _ := lookupEnv(env, key)
+	return v
+}
+
+// prepareRoot gives the container its own view of the kernel filesystems,
+// as runc does: it runs in the child's private mount namespace, so nothing
+// here is visible to the agent or outlives the container's PID namespace.
+func prepareRoot(cfg initConfig) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if cfg.Hostname != "" {
+		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	root := cfg.Root
+	const (
+		nsd  = unix.MS_NOSUID | unix.MS_NODEV
+		nsde = nsd | unix.MS_NOEXEC
+	)
+	mounts := []struct {
+		target, fstype, source string
+		flags                  uintptr
+		data                   string
+	}{
+		{"proc", "proc", "proc", nsde, ""},
+		{"sys", "sysfs", "sysfs", nsde | unix.MS_RDONLY, ""},
+		{"dev", "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
+		{"dev/pts", "devpts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+		{"dev/shm", "tmpfs", "shm", nsde, "mode=1777,size=65536k"},
+		{"dev/mqueue", "mqueue", "mqueue", nsde, ""},
+	}
+	for _, m := range mounts {
+		target := filepath.Join(root, m.target)
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return fmt.Errorf("create mount point %s: %w", target, err)
+		}
+		if err := unix.Mount(m.source, target, m.fstype, m.flags, m.data); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.fstype, target, err)
+		}
+	}
+	if err := populateDev(filepath.Join(root, "dev")); err != nil {
+		return err
+	}
+	return bindEtcFiles(root, cfg.EtcDir)
+}
+
+// populateDev creates the device nodes and links runc puts in a
+// container's /dev.
+func populateDev(dev string) error {
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	nodes := []struct {
+		name         string
+		major, minor uint32
+	}{
+		{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7},
+		{"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
+	}
+	for _, n := range nodes {
+		path := filepath.Join(dev, n.name)
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
+			return fmt.Errorf("create %s: %w", path, err)
+		}
+	}
+	links := [][2]string{
+		{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
+		{"pts/ptmx", "ptmx"}, {"/proc/kcore", "core"},
+	}
+	for _, l := range links {
+		if err := os.Symlink(l[0], filepath.Join(dev, l[1])); err != nil {
+			return fmt.Errorf("create /dev/%s: %w", l[1], err)
+		}
+	}
+	return nil
+}
+
+// bindEtcFiles bind-mounts the agent's hostname, hosts and resolv.conf over
+// the container's, creating the mount-point files when the image has none.
+// Images without /etc get nothing, and a symlink is left alone because its
+// target would be resolved outside the container root.
+func bindEtcFiles(root, etcDir string) error {
+	if etcDir == "" {
+		return nil
+	}
+	etc := filepath.Join(root, "etc")
+	if st, err := os.Lstat(etc); err != nil || !st.IsDir() {
+		return nil
+	}
+	for _, name := range []string{"hostname", "hosts", "resolv.conf"} {
+		src := filepath.Join(etcDir, name)
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		dst := filepath.Join(etc, name)
+		st, err := os.Lstat(dst)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return fmt.Errorf("create mount point %s: %w", dst, err)
+			}
+			f.Close()
+		case err != nil:
+			return fmt.Errorf("inspect %s: %w", dst, err)
+		case !st.Mode().IsRegular():
+			continue
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,397 @@
+//go:build linux
+
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// process is one container process and everything kept about it until
+// OpForget.
+type process struct {
+	id  string
+	pid int
+
+	stdinMu sync.Mutex // one stdin attachment at a time
+	stdin   *os.File   // nil when the process has no stdin stream
+
+	stdout, stderr *output
+
+	mu      sync.Mutex
+	exited  chan struct{} // closed once status is set
+	status  proto.ExitStatus
+	osProc  *os.Process
+	release func()
+}
+
+// signal sends sig unless the process has already been reaped (its pid may
+// then belong to someone else). A signal to an exited process is not an
+// error: the host may race with the exit.
+func (p *process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	if err := unix.Kill(p.pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal %d to pid %d: %w", sig, p.pid, err)
+	}
+	return nil
+}
+
+// setExit records how the process ended; called by the reaper.
+func (p *process) setExit(ws unix.WaitStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case ws.Signaled():
+		p.status = proto.ExitStatus{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+	default:
+		p.status = proto.ExitStatus{Code: ws.ExitStatus()}
+	}
+	close(p.exited)
+	if p.osProc != nil {
+		p.osProc.Release()
+	}
+}
+
+// copyStdin feeds the host stream into the process's stdin. A clean end of
+// the host stream closes stdin; a session that dies leaves it open for the
+// next attachment.
+func (p *process) copyStdin(src io.Reader, sess *yamux.Session) {
+	p.stdinMu.Lock()
+	defer p.stdinMu.Unlock()
+	if p.stdin == nil {
+		return
+	}
+	_, err := io.Copy(p.stdin, src)
+	if sess.IsClosed() {
+		return
+	}
+	if err == nil || errors.Is(err, syscall.EPIPE) {
+		p.stdin.Close()
+		p.stdin = nil
+	}
+}
+
+// startReaper collects exit statuses on SIGCHLD. Only the reaper waits for
+// children, so no status is lost to a second waiter.
+func startReaper(a *Agent) {
+	signal.Notify(a.sigch, syscall.SIGCHLD)
+	go func() {
+		defer close(a.reapDone)
+		defer signal.Stop(a.sigch)
+		for {
+			select {
+			case <-a.sigch:
+				a.reap()
+			case <-a.stop:
+				return
+			}
+		}
+	}()
+}
+
+func (a *Agent) reap() {
+	a.pmu.Lock()
+	defer a.pmu.Unlock()
+	var ws unix.WaitStatus
+	if a.opts.ReapOrphans {
+		for {
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				return
+			}
+			if p := a.byPid[pid]; p != nil {
+				delete(a.byPid, pid)
+				p.setExit(ws)
+			}
+		}
+	}
+	for pid, p := range a.byPid {
+		wpid, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		if err != nil && err != unix.EINTR {
+			// ECHILD: someone else reaped it; report it as killed
+			// rather than leave waiters hanging.
+			a.log.Error("wait for process", "pid", pid, "err", err)
+			delete(a.byPid, pid)
+			p.setExit(unix.WaitStatus(syscall.SIGKILL))
+			continue
+		}
+		if wpid == pid {
+			delete(a.byPid, pid)
+			p.setExit(ws)
+		}
+	}
+}
+
+// initConfig is what the agent hands its re-executed child (see Reexec).
+type initConfig struct {
+	Root     string            `json:"root"`
+	Hostname string            `json:"hostname,omitempty"`
+	EtcDir   string            `json:"etcDir,omitempty"`
+	Mounts   bool              `json:"mounts"` // set up /proc, /sys, /dev and /etc binds
+	Process  proto.ProcessSpec `json:"process"`
+}
+
+// initFailure is what the child reports when it cannot exec the process.
+type initFailure struct {
+	Kind    proto.ErrorKind `json:"kind"`
+	Message string          `json:"message"`
+}
+
+// start launches spec as process id: a new PID namespace whose init is the
+// user's program, or, for ExecOf, a process inside an existing one.
+func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
+	if id == "" {
+		return nil, &agentError{proto.KindInvalid, "start: missing process id"}
+	}
+	if len(spec.Args) == 0 {
+		return nil, &agentError{proto.KindInvalid, "start: no command specified"}
+	}
+	if spec.Terminal {
+		return nil, &agentError{proto.KindInvalid, "tty is not supported yet"}
+	}
+	a.mu.Lock()
+	root, hostname, etcDir := a.root, a.hostname, a.etcDir
+	_, dup := a.procs[id]
+	var target *process
+	if spec.ExecOf != "" {
+		target = a.procs[spec.ExecOf]
+	}
+	a.mu.Unlock()
+	if root == "" {
+		return nil, &agentError{proto.KindInvalid, "start: the container root is not set up"}
+	}
+	if dup {
+		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
+	}
+	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Process: spec}
+	var targetPid int
+	if spec.ExecOf != "" {
+		if target == nil {
+			return nil, noProcess(spec.ExecOf)
+		}
+		select {
+		case <-target.exited:
+			return nil, &agentError{proto.KindInvalid, fmt.Sprintf("process %s is not running", spec.ExecOf)}
+		default:
+		}
+		targetPid = target.pid
+		// The target's root as its mount namespace sees it, with its /proc.
+		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec}
+	}
+
+	p, err := a.spawn(id, cfg, targetPid)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, dup := a.procs[id]; dup {
+		// Lost a race with a concurrent start of the same id.
+		_ = p.signal(syscall.SIGKILL)
+		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
+	}
+	a.procs[id] = p
+	a.log.Info("process started", "id", id, "pid", p.pid, "args", spec.Args)
+	return p, nil
+}
+
+// childFiles are the descriptors of one spawn; every one is closed on every
+// path out of spawn.
+type childFiles struct {
+	parent []*os.File // ours, closed on failure
+	child  []*os.File // the child's copies, closed after fork
+}
+
+func (f *childFiles) pipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err == nil {
+		f.parent = append(f.parent, r, w)
+	}
+	return r, w, err
+}
+
+func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, retErr error) {
+	var files childFiles
+	defer func() {
+		for _, f := range files.child {
+			f.Close()
+		}
+		if retErr != nil {
+			for _, f := range files.parent {
+				f.Close()
+			}
+		}
+	}()
+	internal := func(what string, err error) error {
+		return &agentError{proto.KindInternal, fmt.Sprintf("start %s: %s: %v", id, what, err)}
+	}
+
+	var stdinR, stdinW *os.File
+	var err error
+	if cfg.Process.Stdin {
+		if stdinR, stdinW, err = files.pipe(); err != nil {
+			return nil, internal("stdin pipe", err)
+		}
+	} else if stdinR, err = os.Open(os.DevNull); err != nil {
+		return nil, internal("open /dev/null", err)
+	} else {
+		files.parent = append(files.parent, stdinR)
+	}
+	outR, outW, err := files.pipe()
+	if err != nil {
+		return nil, internal("stdout pipe", err)
+	}
+	errR, errW, err := files.pipe()
+	if err != nil {
+		return nil, internal("stderr pipe", err)
+	}
+	cfgR, cfgW, err := files.pipe()
+	if err != nil {
+		return nil, internal("config pipe", err)
+	}
+	failR, failW, err := files.pipe()
+	if err != nil {
+		return nil, internal("status pipe", err)
+	}
+	files.child = []*os.File{stdinR, outW, errW, cfgR, failW}
+
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, internal("encode config", err)
+	}
+	// Far below a pipe's capacity, so this cannot block before the child
+	// runs.
+	if _, err := cfgW.Write(b); err != nil {
+		return nil, internal("write config", err)
+	}
+	cfgW.Close()
+
+	attr := &os.ProcAttr{
+		Env:   []string{},
+		Files: []*os.File{stdinR, outW, errW, cfgR, failW},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	}
+	if targetPid == 0 {
+		attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
+	}
+	p := &process{
+		id:      id,
+		stdin:   stdinW,
+		stdout:  newOutput(a.opts.OutputLimit),
+		stderr:  newOutput(a.opts.OutputLimit),
+		exited:  make(chan struct{}),
+		release: func() {},
+	}
+
+	a.pmu.Lock()
+	var proc *os.Process
+	if targetPid == 0 {
+		proc, err = os.StartProcess(a.opts.Exe, []string{initArg0}, attr)
+	} else {
+		proc, err = startInNamespaces(a.opts.Exe, attr, targetPid)
+	}
+	if err == nil {
+		p.pid = proc.Pid
+		p.osProc = proc
+		a.byPid[proc.Pid] = p
+	}
+	a.pmu.Unlock()
+	if err != nil {
+		return nil, internal("run agent child", err)
+	}
+	for _, f := range files.child {
+		f.Close()
+	}
+	files.child = nil
+
+	// The status pipe is close-on-exec in the child: EOF with no data means
+	// the user's program is running.
+	msg, err := io.ReadAll(failR)
+	failR.Close()
+	if err != nil || len(msg) > 0 {
+		// The child exits right after reporting; wait so the pid is reaped.
+		<-p.exited
+		outR.Close()
+		errR.Close()
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		var f initFailure
+		if err != nil {
+			return nil, internal("read child status", err)
+		}
+		if jerr := json.Unmarshal(msg, &f); jerr != nil || f.Kind == "" {
+			return nil, internal("child failed", fmt.Errorf("%s", msg))
+		}
+		return nil, &agentError{f.Kind, f.Message}
+	}
+	go p.stdout.pump(outR)
+	go p.stderr.pump(errR)
+	p.release = func() {
+		p.stdinMu.Lock()
+		defer p.stdinMu.Unlock()
+		if p.stdin != nil {
+			p.stdin.Close()
+			p.stdin = nil
+		}
+	}
+	return p, nil
+}
+
+// startInNamespaces starts the child in the PID and UTS namespaces of
+// targetPid. Namespaces for children are per thread, so this happens on a
+// locked thread that is thrown away afterwards instead of being returned to
+// the Go scheduler with foreign namespaces.
+func startInNamespaces(exe string, attr *os.ProcAttr, targetPid int) (*os.Process, error) {
+	type result struct {
+		p   *os.Process
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread ends with this goroutine.
+		for _, ns := range []struct {
+			name string
+			flag int
+		}{{"pid", unix.CLONE_NEWPID}, {"uts", unix.CLONE_NEWUTS}} {
+			fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", targetPid, ns.name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				ch <- result{err: fmt.Errorf("open %s namespace of pid %d: %w", ns.name, targetPid, err)}
+				return
+			}
+			err = unix.Setns(fd, ns.flag)
+			unix.Close(fd)
+			if err != nil {
+				ch <- result{err: fmt.Errorf("join %s namespace of pid %d: %w", ns.name, targetPid, err)}
+				return
+			}
+		}
+		p, err := os.StartProcess(exe, []string{initArg0}, attr)
+		ch <- result{p, err}
+	}()
+	r := <-ch
+	return r.p, r.err
+}

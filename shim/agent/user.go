@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// execUser is who a container process runs as.
+type execUser struct {
+	UID, GID int
+	Groups   []int // supplementary groups
+	Home     string
+}
+
+type passwdEntry struct {
+	name     string
+	uid, gid int
+	home     string
+}
+
+type groupEntry struct {
+	name    string
+	gid     int
+	members []string
+}
+
+// userError is a user/group resolution failure (proto.KindUser).
+type userError struct{ msg string }
+
+func (e *userError) Error() string { return e.msg }
+
+// resolveUser resolves Docker's --user value against the container's
+// /etc/passwd and /etc/group contents (either may be nil when the file is
+// missing), following the rules runc applies: a name must exist; a number
+// need not; the user's supplementary groups are added only when no group was
+// given explicitly. Messages are worded as Docker reports them.
+func resolveUser(spec string, passwd, group io.Reader) (execUser, error) {
+	u := execUser{Home: "/", Groups: []int{}}
+	userArg, groupArg, _ := strings.Cut(spec, ":")
+	uidArg, uidErr := strconv.Atoi(userArg)
+	gidArg, gidErr := strconv.Atoi(groupArg)
+
+	users, err := parsePasswd(passwd)
+	if err != nil {
+		return u, fmt.Errorf("read passwd: %w", err)
+	}
+	var matched *passwdEntry
+	for i := range users {
+		e := &users[i]
+		ok := false
+		switch {
+		case userArg == "":
+			ok = e.uid == 0
+		case uidErr == nil:
+			ok = e.uid == uidArg
+		default:
+			ok = e.name == userArg
+		}
+		if ok {
+			matched = e
+			break
+		}
+	}
+	switch {
+	case matched != nil:
+		u.UID, u.GID, u.Home = matched.uid, matched.gid, matched.home
+	case userArg == "":
+	case uidErr != nil:
+		return u, &userError{fmt.Sprintf("unable to find user %s: no matching entries in passwd file", userArg)}
+	case uidArg < 0 || uidArg > 1<<31-1:
+		return u, &userError{fmt.Sprintf("uids and gids must be in range 0-%d", 1<<31-1)}
+	default:
+		u.UID = uidArg
+	}
+
+	if groupArg == "" && matched == nil {
+		return u, nil
+	}
+	groups, err := parseGroup(group)
+	if err != nil {
+		return u, fmt.Errorf("read group: %w", err)
+	}
+	if groupArg != "" {
+		for _, g := range groups {
+			if (gidErr == nil && g.gid == gidArg) || (gidErr != nil && g.name == groupArg) {
+				u.GID = g.gid
+				return u, nil
+			}
+		}
+		if gidErr != nil {
+			return u, &userError{fmt.Sprintf("unable to find group %s: no matching entries in group file", groupArg)}
+		}
+		if gidArg < 0 || gidArg > 1<<31-1 {
+			return u, &userError{fmt.Sprintf("uids and gids must be in range 0-%d", 1<<31-1)}
+		}
+		u.GID = gidArg
+		return u, nil
+	}
+	for _, g := range groups {
+		for _, m := range g.members {
+			if m == matched.name {
+				u.Groups = append(u.Groups, g.gid)
+				break
+			}
+		}
+	}
+	return u, nil
+}
+
+// parsePasswd reads passwd(5) lines, skipping malformed ones as libc does.
+func parsePasswd(r io.Reader) ([]passwdEntry, error) {
+	var out []passwdEntry
+	err := eachLine(r, func(f []string) {
+		if len(f) < 6 {
+			return
+		}
+		uid, err1 := strconv.Atoi(f[2])
+		gid, err2 := strconv.Atoi(f[3])
+		if err1 != nil || err2 != nil {
+			return
+		}
+		out = append(out, passwdEntry{name: f[0], uid: uid, gid: gid, home: f[5]})
+	})
+	return out, err
+}
+
+// parseGroup reads group(5) lines, skipping malformed ones.
+func parseGroup(r io.Reader) ([]groupEntry, error) {
+	var out []groupEntry
+	err := eachLine(r, func(f []string) {
+		if len(f) < 3 {
+			return
+		}
+		gid, err := strconv.Atoi(f[2])
+		if err != nil {
+			return
+		}
+		g := groupEntry{name: f[0], gid: gid}
+		if len(f) > 3 && f[3] != "" {
+			g.members = strings.Split(f[3], ",")
+		}
+		out = append(out, g)
+	})
+	return out, err
+}
+
+func eachLine(r io.Reader, fn func(fields []string)) error {
+	if r == nil {
+		return nil
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fn(strings.Split(line, ":"))
+	}
+	return sc.Err()
+}
+
+// openOptional opens path, returning a nil reader if it does not exist.
+func openOptional(path string) (io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
