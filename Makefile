@@ -1,0 +1,61 @@
+# husk — the two commands of the quickstart are `make run` and `make test`.
+# Both install what is missing with apt (as root), so they work on a fresh
+# Debian bookworm machine.
+
+GO       ?= go
+BIN      := bin
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+# What huskd needs to run containers.
+RUN_PKGS  := qemu-system-x86 linux-image-cloud-amd64 e2fsprogs iproute2
+# What the tests need beyond that: a real registry, busybox for test images.
+TEST_PKGS := $(RUN_PKGS) docker-registry busybox-static
+HUSKD_FLAGS ?=
+
+.PHONY: all build deps-run deps-test run test unit e2e lint clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/husk-agent ./cmd/husk-agent
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/huskd ./cmd/huskd
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/husk ./cmd/husk
+
+# apt_install installs the packages of $(1) that are not installed yet.
+define apt_install
+	@missing=""; for p in $(1); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+endef
+
+deps-run:
+	$(call apt_install,$(RUN_PKGS))
+
+deps-test:
+	$(call apt_install,$(TEST_PKGS))
+
+# run starts huskd in the foreground on unix:///run/husk/docker.sock.
+run: deps-run build
+	$(BIN)/huskd $(HUSKD_FLAGS)
+
+test: deps-test build lint unit e2e
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 ./...
+
+# e2e drives the real docker CLI against a real huskd booting real VMs,
+# inside a network namespace the suite creates.
+e2e:
+	HUSK_E2E=1 HUSK_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -timeout 40m ./e2e/...
+
+clean:
+	rm -rf $(BIN)
