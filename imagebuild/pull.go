@@ -1,0 +1,589 @@
+package imagebuild
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/api/types/registry"
+
+	"github.com/husk-vm/husk/imagebuild/reference"
+)
+
+// maxConcurrentDownloads is dockerd's default max-concurrent-downloads.
+const maxConcurrentDownloads = 3
+
+// progressEvery is how many bytes pass between progress messages, as in
+// dockerd's progress reader.
+const progressEvery = 512 << 10
+
+// Pull fetches ref ("alpine", "localhost:5000/x:1", "x@sha256:…") for
+// platform ("" means linux/amd64) and reports progress in dockerd's
+// message shapes. Errors before the first progress message carry dockerd's
+// wording and an errdefs class.
+func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry.AuthConfig, progress func(jsonstream.Message)) error {
+	named, err := reference.ParseWithDefaultTag(ref)
+	if err != nil {
+		return err
+	}
+	want, err := parsePlatform(platform)
+	if err != nil {
+		return err
+	}
+	domain := reference.Domain(named)
+	rref, err := reference.Remote(named, s.insecure(domain))
+	if err != nil {
+		return err
+	}
+	opts := []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithAuth(authenticator(auth)),
+		remote.WithTransport(httpGuard{s: s, next: remote.DefaultTransport}),
+		remote.WithPlatform(*want),
+	}
+	desc, err := remote.Get(rref, opts...)
+	if err != nil {
+		return translatePullError(ctx, err, named)
+	}
+
+	out := &progressOut{fn: progress}
+	tagOrDigest := reference.Tag(named)
+	if reference.IsDigested(named) {
+		tagOrDigest = reference.Digest(named)
+	}
+	out.status(tagOrDigest, "Pulling from "+reference.Path(named))
+
+	img, err := pickImage(desc, want)
+	if err != nil {
+		return err
+	}
+	id, err := s.fetchImage(ctx, img, out)
+	if err != nil {
+		return err
+	}
+	out.status("", "Digest: "+desc.Digest.String())
+
+	changed, err := s.setPulledRefs(named, desc.Digest.String(), id)
+	if err != nil {
+		return err
+	}
+	if changed {
+		out.status("", "Status: Downloaded newer image for "+reference.Familiar(named))
+	} else {
+		out.status("", "Status: Image is up to date for "+reference.Familiar(named))
+	}
+	return nil
+}
+
+// pickImage resolves an index to the manifest for want, as dockerd does
+// for manifest lists.
+func pickImage(desc *remote.Descriptor, want *v1.Platform) (v1.Image, error) {
+	if !desc.MediaType.IsIndex() {
+		img, err := desc.Image()
+		if err != nil {
+			return nil, fmt.Errorf("read image manifest: %w", err)
+		}
+		return img, nil
+	}
+	idx, err := desc.ImageIndex()
+	if err != nil {
+		return nil, fmt.Errorf("read manifest list: %w", err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("read manifest list: %w", err)
+	}
+	for _, m := range im.Manifests {
+		if m.Platform == nil || !m.MediaType.IsImage() {
+			continue
+		}
+		p := m.Platform
+		if p.OS == want.OS && p.Architecture == want.Architecture && (want.Variant == "" || p.Variant == want.Variant) {
+			img, err := idx.Image(m.Digest)
+			if err != nil {
+				return nil, fmt.Errorf("read image manifest %s: %w", m.Digest, err)
+			}
+			return img, nil
+		}
+	}
+	return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("no matching manifest for %s in the manifest list entries", want))
+}
+
+// fetchImage stores img's manifest, config and layers and its record, and
+// returns its ID.
+func (s *Service) fetchImage(ctx context.Context, img v1.Image, out *progressOut) (string, error) {
+	rawManifest, err := img.RawManifest()
+	if err != nil {
+		return "", fmt.Errorf("read manifest: %w", err)
+	}
+	manifest, err := img.Manifest()
+	if err != nil {
+		return "", fmt.Errorf("parse manifest: %w", err)
+	}
+	rawConfig, err := img.RawConfigFile()
+	if err != nil {
+		return "", fmt.Errorf("fetch image config %s: %w", manifest.Config.Digest, err)
+	}
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
+	if err != nil {
+		return "", fmt.Errorf("parse image config %s: %w", manifest.Config.Digest, err)
+	}
+	if len(cfg.RootFS.DiffIDs) != len(manifest.Layers) {
+		return "", errors.New("layers from manifest don't match image configuration")
+	}
+
+	manifestDigest, _, err := v1.SHA256(bytes.NewReader(rawManifest))
+	if err != nil {
+		return "", fmt.Errorf("hash manifest: %w", err)
+	}
+	// Lease everything before looking at what is already stored, so that a
+	// concurrent rmi cannot collect a blob this pull counts on.
+	held := []v1.Hash{manifestDigest, manifest.Config.Digest}
+	for _, l := range manifest.Layers {
+		held = append(held, l.Digest)
+	}
+	s.lease(held...)
+	defer s.release(held...)
+
+	if _, _, err := s.blobs.Put(bytes.NewReader(rawManifest), manifestDigest); err != nil {
+		return "", fmt.Errorf("store manifest: %w", err)
+	}
+	if _, _, err := s.blobs.Put(bytes.NewReader(rawConfig), manifest.Config.Digest); err != nil {
+		return "", fmt.Errorf("image config verification failed for digest %s: %w", manifest.Config.Digest, err)
+	}
+
+	layers, err := s.fetchLayers(ctx, img, manifest, cfg, out)
+	if err != nil {
+		return "", err
+	}
+	return s.commitImage(manifest.Config.Digest.String(), manifestDigest, layers, cfg)
+}
+
+// commitImage records an image whose blobs are all stored and returns its
+// ID. An image already present keeps its history.
+func (s *Service) commitImage(id string, manifest v1.Hash, layers []layerRecord, cfg *v1.ConfigFile) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &record{ID: id, Manifest: manifest, Layers: layers, Added: time.Now().UTC(), config: cfg}
+	if old, ok := s.images[id]; ok {
+		r.Added, r.LastTagTime = old.Added, old.LastTagTime
+	}
+	for _, l := range layers {
+		r.Size += l.UncompressedSize
+	}
+	if err := s.saveRecordLocked(r); err != nil {
+		return "", err
+	}
+	s.images[id] = r
+	return id, nil
+}
+
+// setPulledRefs points the pulled reference (and, for a tag, name@digest)
+// at id and reports whether the reference changed, which is what dockerd's
+// "Downloaded newer image" means.
+func (s *Service) setPulledRefs(named reference.Named, manifestDigest, id string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := named.String()
+	changed := s.refs[key] != id
+	s.refs[key] = id
+	if !reference.IsDigested(named) {
+		dref, err := reference.WithDigest(named, manifestDigest)
+		if err != nil {
+			return false, err
+		}
+		// Like dockerd, an existing digest reference is never re-pointed.
+		if _, ok := s.refs[dref.String()]; !ok {
+			s.refs[dref.String()] = id
+		}
+	}
+	if err := s.saveRefsLocked(); err != nil {
+		return false, err
+	}
+	return changed, nil
+}
+
+type fetched struct {
+	done chan struct{}
+	err  error
+}
+
+// fetchLayers downloads the missing layers (at most three at a time) and
+// then checks each, in order, against the config's diffIDs.
+func (s *Service) fetchLayers(ctx context.Context, img v1.Image, m *v1.Manifest, cfg *v1.ConfigFile, out *progressOut) ([]layerRecord, error) {
+	recs := make([]layerRecord, len(m.Layers))
+	known := make([]bool, len(m.Layers))
+	for i, d := range m.Layers {
+		recs[i] = layerRecord{Digest: d.Digest, MediaType: d.MediaType, Size: d.Size, DiffID: cfg.RootFS.DiffIDs[i]}
+		if s.blobs.Has(d.Digest) {
+			known[i] = true
+			out.status(shortID(d.Digest.String()), "Already exists")
+		}
+	}
+	var missing []int
+	for i := range m.Layers {
+		if !known[i] {
+			missing = append(missing, i)
+			out.status(shortID(m.Layers[i].Digest.String()), "Pulling fs layer")
+		}
+	}
+	for n, i := range missing {
+		if n >= maxConcurrentDownloads {
+			out.status(shortID(m.Layers[i].Digest.String()), "Waiting")
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make([]*fetched, len(m.Layers))
+	sem := make(chan struct{}, maxConcurrentDownloads)
+	var wg sync.WaitGroup
+	for _, i := range missing {
+		f := &fetched{done: make(chan struct{})}
+		results[i] = f
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(f.done)
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				f.err = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			f.err = s.download(ctx, img, m.Layers[i], out)
+		}()
+	}
+	defer wg.Wait()
+
+	for i := range m.Layers {
+		id := shortID(m.Layers[i].Digest.String())
+		if known[i] {
+			size, ok := s.knownDiff(recs[i].Digest, recs[i].DiffID)
+			if !ok {
+				var err error
+				if size, err = s.checkDiffID(ctx, recs[i], nil); err != nil {
+					return nil, err
+				}
+			}
+			recs[i].UncompressedSize = size
+			continue
+		}
+		select {
+		case <-results[i].done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if err := results[i].err; err != nil {
+			return nil, err
+		}
+		size, err := s.checkDiffID(ctx, recs[i], func(cur int64) {
+			out.progress(id, "Extracting", cur, recs[i].Size)
+		})
+		if err != nil {
+			return nil, err
+		}
+		recs[i].UncompressedSize = size
+		out.status(id, "Pull complete")
+	}
+	return recs, nil
+}
+
+// download stores one layer blob, verifying its digest.
+func (s *Service) download(ctx context.Context, img v1.Image, d v1.Descriptor, out *progressOut) error {
+	id := shortID(d.Digest.String())
+	l, err := img.LayerByDigest(d.Digest)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", d.Digest, err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return fmt.Errorf("download layer %s: %w", d.Digest, err)
+	}
+	defer rc.Close()
+	w, err := s.blobs.Create()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	pw := &progressWriter{w: w, report: func(cur int64) {
+		out.progress(id, "Downloading", cur, d.Size)
+	}}
+	if _, err := io.Copy(pw, ctxReader{ctx: ctx, r: rc}); err != nil {
+		return fmt.Errorf("download layer %s: %w", d.Digest, err)
+	}
+	pw.flush()
+	out.status(id, "Verifying Checksum")
+	if _, err := w.Commit(d.Digest); err != nil {
+		return fmt.Errorf("filesystem layer verification failed for digest %s: %w", d.Digest, err)
+	}
+	out.status(id, "Download complete")
+	return nil
+}
+
+// knownDiff returns the uncompressed size recorded for a blob by another
+// image, if that image agrees on its diffID.
+func (s *Service) knownDiff(blob, diffID v1.Hash) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.images {
+		for _, l := range r.Layers {
+			if l.Digest == blob && l.DiffID == diffID {
+				return l.UncompressedSize, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// checkDiffID decompresses a stored layer, checks the digest of the tar
+// against l.DiffID and returns the tar's size. report, if set, sees the
+// compressed bytes consumed.
+func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cur int64)) (int64, error) {
+	f, err := s.blobs.Open(l.Digest)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var src io.Reader = f
+	var pr *progressReader
+	if report != nil {
+		pr = &progressReader{r: f, report: report}
+		src = pr
+	}
+	rc, err := decompress(io.NopCloser(src))
+	if err != nil {
+		return 0, fmt.Errorf("layer %s: %w", l.Digest, err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, ctxReader{ctx: ctx, r: rc})
+	if err != nil {
+		return 0, fmt.Errorf("read layer %s: %w", l.Digest, err)
+	}
+	if pr != nil {
+		pr.flush()
+	}
+	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+	if got != l.DiffID {
+		return 0, fmt.Errorf("invalid diffID for layer %s: expected %q, got %q", l.Digest, l.DiffID, got)
+	}
+	return n, nil
+}
+
+func (s *Service) lease(hs ...v1.Hash) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range hs {
+		s.leases[h]++
+	}
+}
+
+func (s *Service) release(hs ...v1.Hash) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range hs {
+		if s.leases[h]--; s.leases[h] <= 0 {
+			delete(s.leases, h)
+		}
+	}
+}
+
+func parsePlatform(p string) (*v1.Platform, error) {
+	if p == "" {
+		return &v1.Platform{OS: "linux", Architecture: "amd64"}, nil
+	}
+	pl, err := v1.ParsePlatform(p)
+	if err != nil || pl.OS == "" || pl.Architecture == "" {
+		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("%q: unknown operating system or architecture: invalid argument", p))
+	}
+	return pl, nil
+}
+
+func authenticator(a *registry.AuthConfig) authn.Authenticator {
+	if a == nil || (a.Username == "" && a.Password == "" && a.Auth == "" && a.IdentityToken == "" && a.RegistryToken == "") {
+		return authn.Anonymous
+	}
+	return authn.FromConfig(authn.AuthConfig{
+		Username:      a.Username,
+		Password:      a.Password,
+		Auth:          a.Auth,
+		IdentityToken: a.IdentityToken,
+		RegistryToken: a.RegistryToken,
+	})
+}
+
+// insecure reports whether host[:port] may be spoken to over plain HTTP:
+// listed in Options.InsecureRegistries (by name or CIDR), or loopback.
+func (s *Service) insecure(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	if ip != nil && ip.IsLoopback() {
+		return true
+	}
+	for _, r := range s.opts.InsecureRegistries {
+		if r == hostport || r == host {
+			return true
+		}
+		if _, cidr, err := net.ParseCIDR(r); err == nil && ip != nil && cidr.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// httpGuard refuses plain HTTP to registries not marked insecure.
+// go-containerregistry falls back to HTTP on its own for private (RFC 1918)
+// addresses; dockerd does not, and neither do we.
+type httpGuard struct {
+	s    *Service
+	next http.RoundTripper
+}
+
+func (g httpGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" && !g.s.insecure(req.URL.Host) {
+		return nil, fmt.Errorf("refusing plain HTTP to %s: not an insecure registry", req.URL.Host)
+	}
+	return g.next.RoundTrip(req)
+}
+
+// translatePullError gives registry errors dockerd's wording and class.
+func translatePullError(ctx context.Context, err error, named reference.Named) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var terr *transport.Error
+	if !errors.As(err, &terr) {
+		// Transport failures (connection refused, TLS) already name the
+		// URL being fetched, as dockerd's do.
+		return err
+	}
+	if len(terr.Errors) > 0 {
+		d := terr.Errors[0]
+		cause := strings.ToLower(strings.ReplaceAll(string(d.Code), "_", " ")) + ": " + d.Message
+		switch d.Code {
+		case transport.ManifestUnknownErrorCode:
+			return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("manifest for %s not found: %s", reference.Familiar(named), cause))
+		case transport.NameUnknownErrorCode:
+			return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("repository %s not found: %s", reference.FamiliarName(named), cause))
+		case transport.DeniedErrorCode:
+			return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("pull access denied for %s, repository does not exist or may require 'docker login': %s", reference.FamiliarName(named), cause))
+		case transport.UnauthorizedErrorCode:
+			return errdefs.ErrUnauthenticated.WithMessage(cause)
+		}
+	}
+	switch terr.StatusCode {
+	case http.StatusUnauthorized:
+		return errdefs.ErrUnauthenticated.WithMessage("unauthorized: authentication required")
+	case http.StatusNotFound:
+		return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("manifest for %s not found: manifest unknown: manifest unknown", reference.Familiar(named)))
+	}
+	return err
+}
+
+// progressOut serialises progress messages from concurrent downloads.
+type progressOut struct {
+	mu sync.Mutex
+	fn func(jsonstream.Message)
+}
+
+func (p *progressOut) send(m jsonstream.Message) {
+	if p == nil || p.fn == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fn(m)
+}
+
+func (p *progressOut) status(id, status string) {
+	p.send(jsonstream.Message{ID: id, Status: status})
+}
+
+func (p *progressOut) progress(id, action string, current, total int64) {
+	p.send(jsonstream.Message{ID: id, Status: action, Progress: &jsonstream.Progress{Current: current, Total: total}})
+}
+
+// progressWriter reports bytes written every progressEvery bytes.
+type progressWriter struct {
+	w       io.Writer
+	n, last int64
+	report  func(cur int64)
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.n += int64(n)
+	if p.n-p.last >= progressEvery {
+		p.last = p.n
+		p.report(p.n)
+	}
+	return n, err
+}
+
+func (p *progressWriter) flush() {
+	if p.n != p.last || p.n == 0 {
+		p.last = p.n
+		p.report(p.n)
+	}
+}
+
+// progressReader reports bytes read every progressEvery bytes.
+type progressReader struct {
+	r       io.Reader
+	n, last int64
+	report  func(cur int64)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	if p.n-p.last >= progressEvery {
+		p.last = p.n
+		p.report(p.n)
+	}
+	return n, err
+}
+
+func (p *progressReader) flush() {
+	if p.n != p.last || p.n == 0 {
+		p.last = p.n
+		p.report(p.n)
+	}
+}
+
+// ctxReader stops a long copy when ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
+}
