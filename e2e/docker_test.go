@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -66,7 +67,7 @@ func dockerStdin(t *testing.T, in io.Reader, args ...string) result {
 	case err != nil:
 		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
 	}
-	t.Logf("$ docker %s\n  exit %d, stdout %q, stderr %q", strings.Join(args, " "), res.Code, res.Stdout, res.Stderr)
+	t.Logf("$ docker %s\n  exit %d, stdout %q, stderr %q", strings.Join(args, " "), res.Code, clip(res.Stdout), clip(res.Stderr))
 	return res
 }
 
@@ -148,4 +149,14 @@ func eventually(t *testing.T, what string, check func() string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// clip shortens long command output (inspect JSON, save archives) for the
+// test log.
+func clip(s string) string {
+	const max = 600
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + fmt.Sprintf("... (%d bytes)", len(s))
 }

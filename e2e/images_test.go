@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+func TestPullTagImagesRmi(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	id := strings.TrimSpace(mustDocker(t, "image", "inspect", "-f", "{{.Id}}", img))
+
+	r := docker(t, "pull", img)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "\nDigest: "+suite.Digests[testimages.Busybox]+"\n") ||
+		!strings.HasSuffix(r.Stdout, "\nStatus: Image is up to date for "+img+"\n"+img+"\n") {
+		t.Errorf("second pull = %+v, want the pushed digest and \"Image is up to date\"", r)
+	}
+
+	tagged := ref("husk/tagged")[:len(ref("husk/tagged"))-len("latest")] + "v1"
+	if r := docker(t, "tag", img, tagged); r != (result{}) {
+		t.Errorf("tag = %+v, want silent success", r)
+	}
+	images := mustDocker(t, "images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}")
+	for _, want := range []string{img + " " + id, tagged + " " + id} {
+		if !strings.Contains("\n"+images, "\n"+want+"\n") {
+			t.Errorf("images lacks %q:\n%s", want, images)
+		}
+	}
+	if got := mustDocker(t, "images", "-q", strings.TrimSuffix(tagged, ":v1")); got != id[len("sha256:"):len("sha256:")+12]+"\n" {
+		t.Errorf("images -q REPO = %q, want the short ID", got)
+	}
+	if r := docker(t, "rmi", tagged); r != (result{Stdout: "Untagged: " + tagged + "\n"}) {
+		t.Errorf("rmi of an extra tag = %+v, want only Untagged", r)
+	}
+	if got := mustDocker(t, "image", "inspect", "-f", "{{.Id}}", img); strings.TrimSpace(got) != id {
+		t.Errorf("the image went away with its extra tag: %q", got)
+	}
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.SaveLoad)
+	id := strings.TrimSpace(mustDocker(t, "image", "inspect", "-f", "{{.Id}}", img))
+
+	archive := mustDocker(t, "save", img)
+	r := docker(t, "rmi", img)
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "Untagged: "+img+"\n") || !strings.Contains(r.Stdout, "Deleted: "+id+"\n") {
+		t.Fatalf("rmi = %+v, want Untagged and Deleted lines", r)
+	}
+	if r := docker(t, "image", "inspect", img); r.Code != 1 {
+		t.Fatalf("image inspect after rmi = %+v, want exit 1", r)
+	}
+
+	if r := dockerStdin(t, strings.NewReader(archive), "load"); r != (result{Stdout: "Loaded image: " + img + "\n"}) {
+		t.Fatalf("load = %+v, want \"Loaded image: %s\"", r, img)
+	}
+	if got := strings.TrimSpace(mustDocker(t, "image", "inspect", "-f", "{{.Id}}", img)); got != id {
+		t.Errorf("loaded image ID = %s, saved %s", got, id)
+	}
+	if r := docker(t, "run", "--rm", img, "cat", "/saveload-marker"); r != (result{Stdout: "saveload\n"}) {
+		t.Errorf("run of the loaded image = %+v", r)
+	}
+}
+
+func TestMultiArchPullSelectsAmd64(t *testing.T) {
+	requireSuite(t)
+	img := ref(testimages.MultiArch)
+	digest := suite.Digests[testimages.MultiArch]
+	r := docker(t, "pull", img)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "\nDigest: "+digest+"\n") ||
+		!strings.HasSuffix(r.Stdout, "\nStatus: Downloaded newer image for "+img+"\n"+img+"\n") {
+		t.Errorf("pull = %+v, want the index digest and \"Downloaded newer image\"", r)
+	}
+	repoDigest := strings.TrimSuffix(img, ":latest") + "@" + digest
+	if got := mustDocker(t, "image", "inspect", "-f", "{{.Os}}/{{.Architecture}} {{index .RepoDigests 0}}", img); got != "linux/amd64 "+repoDigest+"\n" {
+		t.Errorf("image inspect = %q, want linux/amd64 %s", got, repoDigest)
+	}
+	if r := docker(t, "run", "--rm", img, "cat", "/etc/arch-marker"); r != (result{Stdout: "amd64\n"}) {
+		t.Errorf("run = %+v, want the amd64 image's marker", r)
+	}
+}

@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// inspected is the part of `docker inspect`'s JSON the tests check.
+type inspected struct {
+	ID    string `json:"Id"`
+	Name  string
+	Path  string
+	Args  []string
+	Image string
+	State struct {
+		Status   string
+		Running  bool
+		ExitCode int
+		Pid      int
+	}
+	Config struct {
+		Hostname string
+		Image    string
+		Cmd      []string
+		Env      []string
+	}
+}
+
+func inspectContainer(t *testing.T, name string) inspected {
+	t.Helper()
+	var got []inspected
+	if err := json.Unmarshal([]byte(mustDocker(t, "container", "inspect", name)), &got); err != nil || len(got) != 1 {
+		t.Fatalf("container inspect %s: %d results, %v", name, len(got), err)
+	}
+	return got[0]
+}
+
+var fullID = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func TestDetachedLifecycle(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	imageID := strings.TrimSpace(mustDocker(t, "image", "inspect", "-f", "{{.Id}}", img))
+	name := containerName(t, "")
+	// sh stays PID 1 with sleep as its child: PID 1 without a handler
+	// ignores SIGTERM, so only the SIGKILL after the stop timeout ends it.
+	script := "echo started; hostname; echo to-stderr >&2; sleep 1000"
+
+	r := docker(t, "run", "-d", "--name", name, "--hostname", "foo", img, "sh", "-c", script)
+	id := strings.TrimSpace(r.Stdout)
+	if r.Code != 0 || r.Stderr != "" || !fullID.MatchString(id) {
+		t.Fatalf("run -d = %+v, want the full container ID on stdout", r)
+	}
+
+	eventually(t, "logs show the container's output", func() string {
+		if r := docker(t, "logs", name); r != (result{Stdout: "started\nfoo\n", Stderr: "to-stderr\n"}) {
+			return "logs = " + r.Stdout + " / " + r.Stderr
+		}
+		return ""
+	})
+
+	ps := mustDocker(t, "ps", "--filter", "name=^"+name+"$", "--format", "{{.ID}}|{{.Names}}|{{.Image}}|{{.Status}}")
+	if f := strings.Split(strings.TrimSpace(ps), "|"); len(f) != 4 || f[0] != id[:12] || f[1] != name || f[2] != img || !strings.HasPrefix(f[3], "Up ") {
+		t.Errorf("docker ps line = %q, want %s|%s|%s|Up ...", ps, id[:12], name, img)
+	}
+	if got := mustDocker(t, "ps", "-q", "--no-trunc", "--filter", "id="+id[:12]); got != id+"\n" {
+		t.Errorf("ps -q --no-trunc filtered by ID prefix = %q, want %q", got, id+"\n")
+	}
+
+	c := inspectContainer(t, name)
+	if c.ID != id || c.Name != "/"+name || c.Image != imageID || c.Path != "sh" || !slices.Equal(c.Args, []string{"-c", script}) {
+		t.Errorf("inspect: Id %q Name %q Image %q Path %q Args %q", c.ID, c.Name, c.Image, c.Path, c.Args)
+	}
+	if c.State.Status != "running" || !c.State.Running || c.State.Pid <= 0 || c.State.ExitCode != 0 {
+		t.Errorf("inspect State = %+v, want running with a Pid", c.State)
+	}
+	if c.Config.Hostname != "foo" || c.Config.Image != img || !slices.Equal(c.Config.Cmd, []string{"sh", "-c", script}) ||
+		!slices.Contains(c.Config.Env, testimages.PathEnv) {
+		t.Errorf("inspect Config = %+v", c.Config)
+	}
+	// The CLI's own template path over the same data, by ID prefix.
+	if got := mustDocker(t, "inspect", "-f", "{{.State.Running}} {{.Config.Hostname}} {{.Name}}", id[:12]); got != "true foo /"+name+"\n" {
+		t.Errorf("inspect -f = %q", got)
+	}
+
+	if r := docker(t, "stop", "-t", "1", name); r != (result{Stdout: name + "\n"}) {
+		t.Errorf("stop -t 1 = %+v, want the name echoed", r)
+	}
+	if r := docker(t, "wait", name); r != (result{Stdout: "137\n"}) {
+		t.Errorf("wait after stop = %+v, want 137", r)
+	}
+	c = inspectContainer(t, id)
+	if c.State.Status != "exited" || c.State.Running || c.State.ExitCode != 137 || c.State.Pid != 0 {
+		t.Errorf("inspect State after stop = %+v, want exited with 137", c.State)
+	}
+	if got := mustDocker(t, "ps", "-a", "--filter", "name=^"+name+"$", "--format", "{{.Status}}"); !strings.HasPrefix(got, "Exited (137) ") {
+		t.Errorf("ps -a status after stop = %q, want Exited (137) ...", got)
+	}
+	if got := mustDocker(t, "ps", "-q", "--filter", "name=^"+name+"$"); got != "" {
+		t.Errorf("ps without -a lists the stopped container: %q", got)
+	}
+	if r := docker(t, "logs", name); r != (result{Stdout: "started\nfoo\n", Stderr: "to-stderr\n"}) {
+		t.Errorf("logs after stop = %+v", r)
+	}
+
+	if r := docker(t, "rm", name); r != (result{Stdout: name + "\n"}) {
+		t.Errorf("rm = %+v, want the name echoed", r)
+	}
+	if got := mustDocker(t, "ps", "-aq", "--filter", "name=^"+name+"$"); got != "" {
+		t.Errorf("ps -a still lists the removed container: %q", got)
+	}
+}
+
+func TestMissingContainer(t *testing.T) {
+	requireSuite(t)
+	// Wording and streams exactly as dockerd 20.10 and CLI 28.2.2 show
+	// them; the inspect commands print an empty JSON list on stdout.
+	const noSuch = "Error response from daemon: No such container: nope\n"
+	tests := []struct {
+		args []string
+		want result
+	}{
+		{[]string{"rm", "nope"}, result{Stderr: noSuch, Code: 1}},
+		{[]string{"inspect", "nope"}, result{Stdout: "[]\n", Stderr: "Error: No such object: nope\n", Code: 1}},
+		{[]string{"container", "inspect", "nope"}, result{Stdout: "[]\n", Stderr: noSuch, Code: 1}},
+		{[]string{"stop", "nope"}, result{Stderr: noSuch, Code: 1}},
+		{[]string{"start", "nope"}, result{Stderr: noSuch + "Error: failed to start containers: nope\n", Code: 1}},
+		{[]string{"logs", "nope"}, result{Stderr: noSuch, Code: 1}},
+		{[]string{"wait", "nope"}, result{Stderr: noSuch, Code: 1}},
+		{[]string{"kill", "nope"}, result{Stderr: "Error response from daemon: Cannot kill container: nope: No such container: nope\n", Code: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			if r := docker(t, tt.args...); r != tt.want {
+				t.Errorf("got %+v, want %+v", r, tt.want)
+			}
+		})
+	}
+}
+
+func TestMissingImage(t *testing.T) {
+	requireSuite(t)
+	img := ref("husk/nope")
+	r := docker(t, "run", "--rm", img, "true")
+	if r.Code != 125 || r.Stdout != "" ||
+		!strings.HasPrefix(r.Stderr, "Unable to find image '"+img+"' locally\ndocker: Error response from daemon: ") {
+		t.Errorf("run of a missing image = %+v, want exit 125, \"Unable to find image\" and the daemon's error", r)
+	}
+}
+
+func TestRestartKeepsState(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	created, exited := containerName(t, "-created"), containerName(t, "-exited")
+	mustDocker(t, "create", "--name", created, img, "true")
+	if r := docker(t, "run", "--name", exited, img, "sh", "-c", "echo persisted; exit 5"); r != (result{Stdout: "persisted\n", Code: 5}) {
+		t.Fatalf("run = %+v, want persisted and exit 5", r)
+	}
+	psArgs := []string{"ps", "-a", "--no-trunc", "--filter", "name=" + containerName(t, "")[:len("e2e-")+8],
+		"--format", "{{.ID}} {{.Names}} {{.Image}} {{.Command}} {{.State}}"}
+	imagesArgs := []string{"images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}"}
+	// The test images share one creation time, so `docker images` may list
+	// them in any order; compare sorted lines.
+	psBefore, imagesBefore := mustDocker(t, psArgs...), sortedLines(mustDocker(t, imagesArgs...))
+	if strings.Count(psBefore, "\n") != 2 {
+		t.Fatalf("ps -a before restart = %q, want the two containers", psBefore)
+	}
+
+	restartDaemon(t)
+
+	if got := mustDocker(t, psArgs...); got != psBefore {
+		t.Errorf("ps -a after restart:\n%s\nbefore:\n%s", got, psBefore)
+	}
+	if got := sortedLines(mustDocker(t, imagesArgs...)); got != imagesBefore {
+		t.Errorf("images after restart:\n%s\nbefore:\n%s", got, imagesBefore)
+	}
+	if got := mustDocker(t, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", exited); got != "exited 5\n" {
+		t.Errorf("inspect after restart = %q, want \"exited 5\"", got)
+	}
+	if r := docker(t, "logs", exited); r != (result{Stdout: "persisted\n"}) {
+		t.Errorf("logs after restart = %+v", r)
+	}
+	mustDocker(t, "rm", created, exited)
+}
+
+func sortedLines(s string) string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	slices.Sort(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
