@@ -829,3 +829,82 @@ func diskUsage(t testing.TB, p string) int64 {
 	}
 	return st.Blocks * 512
 }
+
+// busyboxLayer is a layer of about 5 MB shaped like a small distro: the
+// static busybox, a symlink per applet, and a few hundred small files.
+func busyboxLayer(b *testing.B) []byte {
+	bin, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		b.Skipf("no /bin/busybox to build a realistic layer: %v", err)
+	}
+	list, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		b.Skipf("busybox --list: %v", err)
+	}
+	ents := []ent{dir("bin/"), {name: "bin/busybox", body: string(bin), mode: 0o755}, dir("etc/"), dir("usr/share/doc/")}
+	for applet := range strings.FieldsSeq(string(list)) {
+		if applet != "busybox" {
+			ents = append(ents, symlink("bin/"+applet, "busybox"))
+		}
+	}
+	for i := range 900 {
+		ents = append(ents, file(fmt.Sprintf("usr/share/doc/f%03d", i), strings.Repeat(fmt.Sprintf("line %d of some text\n", i), 1+i%250)))
+	}
+	return layerTar(b, ents)
+}
+
+func BenchmarkBusyboxBase(b *testing.B) {
+	layer := busyboxLayer(b)
+	layers := []LayerOpener{func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil }}
+	b.SetBytes(int64(len(layer)))
+	dir := b.TempDir()
+	s, err := New(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		p, err := s.EnsureBase(context.Background(), fmt.Sprintf("sha256:%064x", i), layers)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i == 0 {
+			fi, _ := os.Stat(p)
+			b.Logf("layer %d bytes -> base %d bytes", len(layer), fi.Size())
+		}
+	}
+}
+
+func BenchmarkUpperFromTemplate(b *testing.B) {
+	findTool(b, "mkfs.ext4")
+	s, err := New(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	if err := s.NewUpper(context.Background(), filepath.Join(dir, "warm"), 8<<30); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		if err := s.NewUpper(context.Background(), filepath.Join(dir, strconv.Itoa(i)), 8<<30); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkUpperMkfs is the alternative NewUpper does not take: formatting
+// every upper, published the same way (fsync, link, directory sync).
+func BenchmarkUpperMkfs(b *testing.B) {
+	findTool(b, "mkfs.ext4")
+	dir := b.TempDir()
+	for i := 0; b.Loop(); i++ {
+		err := createExclusive(filepath.Join(dir, strconv.Itoa(i)), 0o600, func(f *os.File) error {
+			if err := f.Truncate(8 << 30); err != nil {
+				return err
+			}
+			return mkfsExt4(context.Background(), f.Name())
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -22,9 +22,10 @@
 // 16 GiB default to 128 GiB (tar2ext4's own per-file limit): it only reserves
 // group-descriptor blocks (28 KiB more), and images above 16 GiB would fail.
 //
-// Measured on the development host (ext4, no reflink, 2 cores), building a
-// base from a busybox layer of about 5 MB takes well under a second; see
-// upper.go for the upper disk figures.
+// Measured on the development host (2 shared cores, ext4): a 5.1 MB layer
+// (static busybox, an applet symlink each, 900 small text files) becomes a
+// 6.7 MB base in 35-70 ms, both passes and the fsync included
+// (BenchmarkBusyboxBase). Upper disk figures are in upper.go.
 package rootfs
 
 import (
