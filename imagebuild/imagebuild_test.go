@@ -728,3 +728,44 @@ func TestStoreRejectsBadDigest(t *testing.T) {
 	}
 }
 
+func TestPullManyLayersWaitsAndConcurrentPullsAgree(t *testing.T) {
+	host := testRegistry(t, nil)
+	img := randomImage(t, 5)
+	push(t, host+"/many:1", img)
+	s := newService(t, "", nil)
+	ids := layerIDs(t, img)
+
+	// Two pulls of the same image at once must both succeed and leave
+	// one intact copy of each blob.
+	recs := [2]*recorder{{}, {}}
+	errs := make(chan error, 2)
+	for i := range recs {
+		go func() { errs <- s.Pull(context.Background(), host+"/many:1", "", nil, recs[i].add) }()
+	}
+	for range recs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Resolve(context.Background(), host+"/many:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertLayersMatch(t, s, got)
+	if n := countBlobs(t, s); n != 7 {
+		t.Errorf("%d blobs, want 7", n)
+	}
+	// With more layers than concurrent downloads, the extra ones wait
+	// (in whichever pull found them missing).
+	waited := 0
+	for _, r := range recs {
+		for _, id := range ids[maxConcurrentDownloads:] {
+			if r.has(id, "Waiting") {
+				waited++
+			}
+		}
+	}
+	if waited == 0 {
+		t.Errorf("no layer reported Waiting: %v / %v", recs[0].statuses(), recs[1].statuses())
+	}
+}
