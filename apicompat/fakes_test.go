@@ -82,6 +82,9 @@ func (f *fakeContainers) Start(_ context.Context, ref string) error {
 	if p.running {
 		return errdefs.ErrNotModified.WithMessage("container already started")
 	}
+	if p.exited {
+		p.started, p.exited = make(chan struct{}), false
+	}
 	p.running = true
 	close(p.started)
 	f.record("start", ref)

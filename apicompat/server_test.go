@@ -94,6 +94,7 @@ func TestRequests(t *testing.T) {
 	env := newTestEnv(t)
 	env.create(t, "web", container.Config{Image: "alpine"})
 	env.create(t, "running", container.Config{Image: "alpine"})
+	env.create(t, "spare", container.Config{Image: "alpine"})
 	if r := env.do(t, "POST", "/containers/running/start", "", nil); r.status != http.StatusNoContent {
 		t.Fatalf("start: %d %s", r.status, r.body)
 	}
@@ -145,6 +146,9 @@ func TestRequests(t *testing.T) {
 		{name: "stop not running", method: "POST", path: "/containers/web/stop", status: 304},
 		{name: "stop bad timeout", method: "POST", path: "/containers/web/stop?t=soon", status: 400,
 			wantBody: jsonError(`strconv.Atoi: parsing "soon": invalid syntax`)},
+		{name: "restart stopped", method: "POST", path: "/containers/spare/restart", status: 204},
+		{name: "restart missing", method: "POST", path: "/containers/x/restart", status: 404,
+			wantBody: jsonError("Cannot restart container x: No such container: x")},
 		{name: "kill not running", method: "POST", path: "/containers/web/kill", status: 409,
 			bodyPrefix: `{"message":"cannot kill container: web: container 0000`},
 		{name: "wait bad condition", method: "POST", path: "/containers/web/wait?condition=bogus", status: 400,
