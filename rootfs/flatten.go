@@ -103,8 +103,12 @@ func (t *tree) lookup(p string) *node {
 }
 
 // mkdirAll returns the directory at p, creating missing directories and
-// replacing non-directories on the way, as extracting the layer onto a real
-// filesystem would, and marks every directory on the way as touched by layer.
+// replacing non-directories on the way, and marks every directory on the
+// way as touched by layer. Paths are never resolved through symlinks: an
+// entry below a symlink replaces it with a directory, where a runtime
+// extracting in a chroot would follow it. Layers made by diffing never
+// contain such entries, and not following them keeps every entry where its
+// name says.
 func (t *tree) mkdirAll(p string, layer int) *node {
 	n := t.root
 	n.layer = layer

@@ -308,6 +308,26 @@ func TestEnsureBaseContent(t *testing.T) {
 		},
 		want: []want{{path: "/x", body: str("upper")}},
 	}, {
+		name: "directory metadata changed by a later layer keeps its children",
+		layers: [][]ent{
+			{dir("etc/"), file("etc/passwd", "root"), dir("etc/ssl/"), file("etc/ssl/cert", "c")},
+			{{name: "etc/", typ: tar.TypeDir, mode: 0o711, uid: 5}, file("etc/group", "g")},
+		},
+		want: []want{
+			{path: "/etc", typ: "directory", perm: 0o711, uid: 5, children: []string{"group", "passwd", "ssl"}},
+			{path: "/etc/ssl/cert", body: str("c")},
+		},
+	}, {
+		name: "whiteouts of absent names and AUFS metadata are ignored",
+		layers: [][]ent{
+			{file("a", "a")},
+			{whiteout(".wh.nothing"), whiteout("nodir/.wh.x"), whiteout(".wh..wh.plnk"), whiteout(".wh..wh.aufs")},
+		},
+		want: []want{
+			{path: "/", children: []string{"a", "lost+found"}},
+			{path: "/nodir", absent: true},
+		},
+	}, {
 		name: "file replaced by directory and directory replaced by file",
 		layers: [][]ent{
 			{file("f", "was a file"), dir("d/"), file("d/child", "c")},
@@ -411,9 +431,14 @@ func TestEnsureBaseContent(t *testing.T) {
 			hardlink("escape", "../../etc/passwd"),
 			file("/abs/ok", "ok"),
 			file("./dot/../fine", "fine"),
+			symlink("up", "../../.."),
+		}, {
+			// Never resolved through a symlink: the entry replaces it.
+			file("up/evil3", "evil"),
 		}},
 		want: []want{
-			{path: "/", children: []string{"abs", "fine", "lost+found"}},
+			{path: "/", children: []string{"abs", "fine", "lost+found", "up"}},
+			{path: "/up", typ: "directory", children: []string{"evil3"}},
 			{path: "/etc/evil", absent: true},
 			{path: "/abs/ok", body: str("ok")},
 			{path: "/fine", body: str("fine")},

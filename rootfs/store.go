@@ -170,7 +170,7 @@ func (s *Store) buildBase(ctx context.Context, final string, layers []LayerOpene
 			pw.CloseWithError(err) // nil closes with EOF
 			produced <- err
 		}()
-		convErr := tar2ext4.ConvertTarToExt4(pr, f, tar2ext4.InlineData, tar2ext4.MaximumDiskSize(maxBaseSize))
+		convErr := convert(pr, f)
 		pr.CloseWithError(errConverterDone)
 		prodErr := <-produced
 		switch {
@@ -186,6 +186,18 @@ func (s *Store) buildBase(ctx context.Context, final string, layers []LayerOpene
 		}
 		return nil
 	})
+}
+
+// convert runs tar2ext4, turning its panics (it has a few on states it
+// deems impossible) into errors: the layers are untrusted input, and a bad
+// image must not take the daemon down.
+func convert(r io.Reader, f *os.File) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tar2ext4 panicked: %v", p)
+		}
+	}()
+	return tar2ext4.ConvertTarToExt4(r, f, tar2ext4.InlineData, tar2ext4.MaximumDiskSize(maxBaseSize))
 }
 
 // writeAtomic creates final through a temporary file in the same directory:
