@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -330,7 +331,7 @@ func planLayers(ctx context.Context, log *slog.Logger, layers []LayerOpener) (*p
 	for ino, ns := range names {
 		// The oldest live name is normally the defining entry's own; when that
 		// name was deleted or replaced, the content moves to a surviving link.
-		slices.SortFunc(ns, func(a, b name) int { return int(a.seq - b.seq) })
+		slices.SortFunc(ns, func(a, b name) int { return cmp.Compare(a.seq, b.seq) })
 		e := emit{src: ino.src, name: ns[0].path}
 		for _, n := range ns[1:] {
 			e.links = append(e.links, n.path)

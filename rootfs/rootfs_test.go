@@ -573,8 +573,10 @@ func TestEnsureBaseOnceConcurrently(t *testing.T) {
 	layers := []LayerOpener{func() (io.ReadCloser, error) {
 		if opens.Add(1) == 1 {
 			// Hold the build until the other caller waits for it, so the
-			// two really overlap.
-			for waiters := 0; waiters < 2; time.Sleep(time.Millisecond) {
+			// two really overlap. The bound only keeps a broken lock from
+			// hanging the run; the open count below then fails the test.
+			giveUp := time.Now().Add(30 * time.Second)
+			for waiters := 0; waiters < 2 && time.Now().Before(giveUp); time.Sleep(time.Millisecond) {
 				s.locks.mu.Lock()
 				if l := s.locks.locks[final]; l != nil {
 					waiters = l.refs
