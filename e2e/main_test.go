@@ -236,8 +236,12 @@ func (w *world) setUp(ctx context.Context) error {
 	for repo, d := range digests {
 		w.state.Digests[repo] = d.String()
 	}
-	fmt.Fprintf(os.Stderr, "e2e: daemon %s at %s, registry %s in netns %s, state in %s\n",
-		w.kind, w.daemon.Host(), w.registry.Host, w.ns.Name, w.tmp)
+	version, err := exec.CommandContext(ctx, cli, "--host", w.daemon.Host(), "version", "--format", "{{.Client.Version}}").Output()
+	if err != nil {
+		return fmt.Errorf("docker CLI version: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "e2e: docker CLI %s (%s), daemon %s at %s, registry %s in netns %s, state in %s\n",
+		strings.TrimSpace(string(version)), cli, w.kind, w.daemon.Host(), w.registry.Host, w.ns.Name, w.tmp)
 	return nil
 }
 

@@ -24,23 +24,21 @@ func TestImageConfig(t *testing.T) {
 		args []string
 		want string
 	}{{
-		// Entrypoint sh -c runs the image's Cmd as user app in /work with
-		// the image's Env, and HOME from app's passwd entry.
+		// Entrypoint sh -c runs the image's Cmd as user app — by name, so
+		// with the supplementary groups /etc/group lists for it — in /work,
+		// with the image's Env and HOME from app's passwd entry.
 		name: "defaults",
-		want: "cmd=default uid=1000 gid=1000 pwd=/work foo=bar home=/home/app\n",
-	}, {
-		// Arguments replace Cmd but keep Entrypoint; a user given by name
-		// gets the supplementary groups /etc/group lists for it.
-		name: "args replace cmd",
-		args: []string{img, `echo "groups=$(id -G) user=$(id -un)"`},
-		want: "groups=1000 50 user=app\n",
+		want: "cmd=default uid=1000 gid=1000 groups=1000 50 pwd=/work foo=bar home=/home/app\n",
 	}, {
 		name: "overrides",
 		args: []string{"--entrypoint", "/bin/sh", "-w", "/tmp", "-u", "root", "-e", "X=1", img,
 			"-c", `echo "uid=$(id -u) pwd=$(pwd) x=$X foo=$FOO home=$HOME"`},
 		want: "uid=0 pwd=/tmp x=1 foo=bar home=/root\n",
 	}, {
-		name: "numeric user and env override",
+		// Arguments replace Cmd and keep Entrypoint; the group given with
+		// the user replaces the primary group (runc adds supplementary
+		// groups only when no group is given).
+		name: "numeric user, args and env override",
 		args: []string{"-u", "1000:50", "-e", "FOO=override", img,
 			`echo "uid=$(id -u) gid=$(id -g) groups=$(id -G) foo=$FOO"`},
 		want: "uid=1000 gid=50 groups=50 foo=override\n",
@@ -85,8 +83,16 @@ func TestMissingCommand(t *testing.T) {
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
 	r := docker(t, "run", "--rm", "--name", name, img, "no-such-command")
-	if r.Code != 127 || r.Stdout != "" || !strings.Contains(r.Stderr, `exec: "no-such-command": executable file not found in $PATH`) {
+	// The middle of dockerd's message names runc; what the CLI keys exit
+	// 127 on, and what users read, is the exec error.
+	if r.Code != 127 || r.Stdout != "" ||
+		!strings.HasPrefix(r.Stderr, "docker: Error response from daemon: ") ||
+		!strings.Contains(r.Stderr, `exec: "no-such-command": executable file not found in $PATH`) ||
+		!strings.HasSuffix(r.Stderr, "\n\nRun 'docker run --help' for more information\n") {
 		t.Errorf("got %+v, want exit 127 and dockerd's \"executable file not found\" error", r)
+	}
+	if got := mustDocker(t, "ps", "-a", "--filter", "name=^"+name+"$", "--format", "{{.Status}}"); got != "" {
+		t.Errorf("ps -a after the failed run --rm = %q", got)
 	}
 }
 

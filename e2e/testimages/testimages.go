@@ -66,8 +66,8 @@ const PathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 
 // ConfiguredCmd is husk/configured's Cmd; run through its Entrypoint
 // (sh -c) as user app it prints
-// "cmd=default uid=1000 gid=1000 pwd=/work foo=bar home=/home/app".
-const ConfiguredCmd = `echo "cmd=default uid=$(id -u) gid=$(id -g) pwd=$(pwd) foo=$FOO home=$HOME"`
+// "cmd=default uid=1000 gid=1000 groups=1000 50 pwd=/work foo=bar home=/home/app".
+const ConfiguredCmd = `echo "cmd=default uid=$(id -u) gid=$(id -g) groups=$(id -G) pwd=$(pwd) foo=$FOO home=$HOME"`
 
 // ConfiguredLabel is a label key set on husk/configured (value "configured").
 const ConfiguredLabel = "org.husk.test"
