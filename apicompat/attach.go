@@ -1,17 +1,21 @@
 package apicompat
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types"
+	"golang.org/x/sys/unix"
 )
 
 // closeGrace bounds how long a finished attach waits for the client to
@@ -92,18 +96,34 @@ func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *
 		stdinR, stdinW = io.Pipe()
 		opts.Stdin = stdinR
 	}
+	// What the client sent right behind the request head (stdin typed
+	// early) sits in net/http's buffer; after it, the connection is read
+	// directly. Reading on through net/http's reader would cancel the
+	// request's context at the client's half-close.
+	early, err := brw.Reader.Peek(brw.Reader.Buffered())
+	if err != nil {
+		return fmt.Errorf("attach %s: read buffered input: %w", name, err)
+	}
+	fromClient := io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn)
 	clientDone := make(chan struct{})
 	go func() {
 		defer close(clientDone)
-		readClient(brw.Reader, stdinW)
+		readClient(fromClient, stdinW)
 	}()
 
+	// The attach lives as long as the process or the client, not as long
+	// as net/http's request: a client that goes away entirely ends it,
+	// even when the process is silent and no write would fail (dockerd's
+	// notifyClosed).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stopWatch := watchHangup(conn, cancel)
 	attachErr := s.cfg.Containers.Attach(ctx, name, opts)
 	if stdinR != nil {
 		// Unblocks the copy into a stdin the backend no longer reads.
 		stdinR.Close()
 	}
-	if attachErr != nil {
+	if attachErr != nil && ctx.Err() == nil {
 		s.log.Error("attach failed", "container", name, "error", attachErr)
 		fmt.Fprintln(stdout, "Error attaching:", attachErr)
 	}
@@ -118,15 +138,64 @@ func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *
 		case <-timer.C:
 		}
 	}
+	stopWatch()
 	conn.Close()
 	<-clientDone
 	return nil
 }
 
+// watchHangup calls onHangup once the peer has closed conn in both
+// directions. A half-close (the end of stdin) is not a hangup. The watch
+// holds a reference to conn's descriptor, so stop must be called before
+// conn is closed.
+func watchHangup(conn net.Conn, onHangup func()) (stop func()) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return func() {}
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return func() {}
+	}
+	wakeR, wakeW, err := os.Pipe()
+	if err != nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer wakeR.Close()
+		_ = rc.Control(func(fd uintptr) {
+			// No events requested: poll reports POLLHUP and POLLERR
+			// regardless, and the wake pipe reports its writer closing.
+			fds := []unix.PollFd{{Fd: int32(fd)}, {Fd: int32(wakeR.Fd()), Events: unix.POLLIN}}
+			for {
+				if _, err := unix.Poll(fds, -1); err != nil {
+					if errors.Is(err, unix.EINTR) {
+						continue
+					}
+					return
+				}
+				if fds[1].Revents != 0 || fds[0].Revents&unix.POLLNVAL != 0 {
+					return
+				}
+				if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+					onHangup()
+					return
+				}
+			}
+		})
+	}()
+	return func() {
+		wakeW.Close()
+		<-done
+	}
+}
+
 // readClient copies what the client sends into stdin (when attached) until
 // the client half-closes, which ends stdin, then drains the connection
 // until the client is gone.
-func readClient(r *bufio.Reader, stdin *io.PipeWriter) {
+func readClient(r io.Reader, stdin *io.PipeWriter) {
 	if stdin != nil {
 		_, err := io.Copy(stdin, r)
 		// err is nil at the client's EOF; either way stdin has ended.

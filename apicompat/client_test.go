@@ -324,3 +324,45 @@ func TestAttachWithoutStdinDoesNotWaitForClient(t *testing.T) {
 		t.Errorf("stdout %q", stdout.String())
 	}
 }
+
+func TestAttachEndsWhenClientHangsUp(t *testing.T) {
+	sock, ctrs, _ := unixServer(t)
+	ctx := testContext(t)
+	if _, err := ctrs.Create(ctx, CreateRequest{Name: "quiet", Config: &container.Config{Cmd: []string{"silent"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctrs.Start(ctx, "quiet"); err != nil {
+		t.Fatal(err)
+	}
+	for _, halfClose := range []bool{true, false} {
+		conn, _, resp := rawRequest(t, sock, "POST /containers/quiet/attach?stream=1&stdin=1&stdout=1 HTTP/1.1\r\nHost: d\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+		if resp.StatusCode != 101 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if halfClose {
+			// Ending stdin is not hanging up: the attach must go on.
+			if err := conn.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ctrs.silentStdinEnded:
+			case err := <-ctrs.silentEnded:
+				t.Fatalf("attach ended on half-close: %v", err)
+			}
+			select {
+			case err := <-ctrs.silentEnded:
+				t.Fatalf("attach ended on half-close: %v", err)
+			default:
+			}
+		}
+		conn.Close()
+		select {
+		case err := <-ctrs.silentEnded:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("attach ended with %v, want context.Canceled", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("attach did not end after the client hung up")
+		}
+	}
+}

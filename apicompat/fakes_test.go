@@ -37,10 +37,15 @@ type fakeContainers struct {
 	created []CreateRequest
 	calls   []string
 	lastOpt any
+	// silentEnded receives how the attach of a "silent" container (one
+	// whose process never writes nor exits) ended.
+	silentEnded chan error
+	// silentStdinEnded is signalled when a silent container's stdin ends.
+	silentStdinEnded chan struct{}
 }
 
 func newFakeContainers() *fakeContainers {
-	return &fakeContainers{procs: map[string]*fakeProc{}}
+	return &fakeContainers{procs: map[string]*fakeProc{}, silentEnded: make(chan error, 1), silentStdinEnded: make(chan struct{}, 1)}
 }
 
 func (f *fakeContainers) record(call string, opt any) {
@@ -198,6 +203,16 @@ func (f *fakeContainers) Attach(ctx context.Context, ref string, opts AttachOpti
 	select {
 	case <-p.started:
 	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if len(p.cfg.Cmd) > 0 && p.cfg.Cmd[0] == "silent" {
+		if opts.Stdin != nil {
+			if _, err := io.Copy(io.Discard, opts.Stdin); err == nil {
+				f.silentStdinEnded <- struct{}{}
+			}
+		}
+		<-ctx.Done()
+		f.silentEnded <- ctx.Err()
 		return ctx.Err()
 	}
 	if opts.Stdout != nil {
