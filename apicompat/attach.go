@@ -118,6 +118,9 @@ func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopWatch := watchHangup(conn, cancel)
+	// Before the deferred conn.Close, which would otherwise wait for the
+	// watch to let go of the descriptor.
+	defer stopWatch()
 	attachErr := s.cfg.Containers.Attach(ctx, name, opts)
 	if stdinR != nil {
 		// Unblocks the copy into a stdin the backend no longer reads.
@@ -187,7 +190,8 @@ func watchHangup(conn net.Conn, onHangup func()) (stop func()) {
 		})
 	}()
 	return func() {
-		wakeW.Close()
+		// Closing twice is harmless: the second Close only errs.
+		_ = wakeW.Close()
 		<-done
 	}
 }

@@ -153,7 +153,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serve(w, r, rt, version, vars)
 		return
 	}
-	writeJSON(w, http.StatusNotFound, &common.ErrorResponse{Message: "page not found"})
+	_ = writeJSON(w, http.StatusNotFound, &common.ErrorResponse{Message: "page not found"})
 }
 
 type apiVersionKey struct{}
@@ -165,6 +165,7 @@ func apiVersion(ctx context.Context) string {
 }
 
 func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, version string, vars map[string]string) {
+	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "version", version)
 	tw := &trackingWriter{ResponseWriter: w}
 	err := s.checkVersion(version)
 	if err == nil {
@@ -199,7 +200,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, version
 		http.Error(w, err.Error(), status)
 		return
 	}
-	writeJSON(w, status, &common.ErrorResponse{Message: err.Error()})
+	_ = writeJSON(w, status, &common.ErrorResponse{Message: err.Error()})
 }
 
 // versionError is dockerd's versionUnsupportedError.
