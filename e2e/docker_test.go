@@ -23,7 +23,10 @@ const commandTimeout = 3 * time.Minute
 // daemon's log to be shown if t fails.
 func requireSuite(t *testing.T) *suiteState {
 	t.Helper()
-	if suite == nil {
+	// Reading the variable here, inside the test, also makes `go test`
+	// key its result cache on it, so a cached skip is not reused once the
+	// suite is enabled.
+	if os.Getenv(enableEnv) != "1" || suite == nil {
 		t.Skipf("end-to-end suite disabled; set %s=1 (see e2e/README.md)", enableEnv)
 	}
 	t.Cleanup(func() {
@@ -109,11 +112,16 @@ func pulled(t *testing.T, repo string) string {
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 
+// namePrefix is the prefix of every container name t uses.
+func namePrefix(t *testing.T) string {
+	return "e2e-" + strings.ToLower(unsafeName.ReplaceAllString(t.Name(), "-"))
+}
+
 // containerName returns a container name unique to t (plus suffix) and
 // removes any container of that name when t ends.
 func containerName(t *testing.T, suffix string) string {
 	t.Helper()
-	name := "e2e-" + strings.ToLower(unsafeName.ReplaceAllString(t.Name(), "-")) + suffix
+	name := namePrefix(t) + suffix
 	t.Cleanup(func() {
 		// Best effort: the test normally removed it already.
 		ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)

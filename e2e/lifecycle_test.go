@@ -40,7 +40,10 @@ func inspectContainer(t *testing.T, name string) inspected {
 	return got[0]
 }
 
-var fullID = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var (
+	fullID      = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	timestamped = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z started\n\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z foo\n$`)
+)
 
 func TestDetachedLifecycle(t *testing.T) {
 	requireSuite(t)
@@ -104,8 +107,18 @@ func TestDetachedLifecycle(t *testing.T) {
 	if got := mustDocker(t, "ps", "-q", "--filter", "name=^"+name+"$"); got != "" {
 		t.Errorf("ps without -a lists the stopped container: %q", got)
 	}
+	// Logs are kept on the host and outlive the container's process.
 	if r := docker(t, "logs", name); r != (result{Stdout: "started\nfoo\n", Stderr: "to-stderr\n"}) {
 		t.Errorf("logs after stop = %+v", r)
+	}
+	if r := docker(t, "logs", "--follow", name); r != (result{Stdout: "started\nfoo\n", Stderr: "to-stderr\n"}) {
+		t.Errorf("logs --follow of a stopped container = %+v, want everything, then exit", r)
+	}
+	if r := docker(t, "logs", "--tail", "2", name); r != (result{Stdout: "foo\n", Stderr: "to-stderr\n"}) {
+		t.Errorf("logs --tail 2 = %+v, want the last two lines across both streams", r)
+	}
+	if r := docker(t, "logs", "--timestamps", name); r.Code != 0 || !timestamped.MatchString(r.Stdout) {
+		t.Errorf("logs --timestamps = %+v, want RFC 3339 timestamps before started and foo", r)
 	}
 
 	if r := docker(t, "rm", name); r != (result{Stdout: name + "\n"}) {
@@ -113,6 +126,30 @@ func TestDetachedLifecycle(t *testing.T) {
 	}
 	if got := mustDocker(t, "ps", "-aq", "--filter", "name=^"+name+"$"); got != "" {
 		t.Errorf("ps -a still lists the removed container: %q", got)
+	}
+}
+
+func TestKillAndForceRemove(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	killed, removed := containerName(t, "-killed"), containerName(t, "-removed")
+	mustDocker(t, "run", "-d", "--name", killed, img, "sleep", "1000")
+	removedID := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", removed, img, "sleep", "1000"))
+	if r := docker(t, "kill", killed); r != (result{Stdout: killed + "\n"}) {
+		t.Errorf("kill = %+v, want the name echoed", r)
+	}
+	if r := docker(t, "wait", killed); r != (result{Stdout: "137\n"}) {
+		t.Errorf("wait after kill = %+v, want 137", r)
+	}
+	if r, want := docker(t, "rm", removed), (result{Code: 1, Stderr: "Error response from daemon: You cannot remove a running container " +
+		removedID + ". Stop the container before attempting removal or force remove\n"}); r != want {
+		t.Errorf("rm of a running container = %+v, want %+v", r, want)
+	}
+	if r := docker(t, "rm", "-f", removed, killed); r != (result{Stdout: removed + "\n" + killed + "\n"}) {
+		t.Errorf("rm -f = %+v, want both names echoed", r)
+	}
+	if got := mustDocker(t, "ps", "-aq", "--filter", "name="+namePrefix(t)); got != "" {
+		t.Errorf("ps -a still lists removed containers: %q", got)
 	}
 }
 
@@ -164,11 +201,11 @@ func TestRestartKeepsState(t *testing.T) {
 	requireSuite(t)
 	img := pulled(t, testimages.Busybox)
 	created, exited := containerName(t, "-created"), containerName(t, "-exited")
-	mustDocker(t, "create", "--name", created, img, "true")
+	mustDocker(t, "create", "--name", created, img, "sh", "-c", "echo first; exit 4")
 	if r := docker(t, "run", "--name", exited, img, "sh", "-c", "echo persisted; exit 5"); r != (result{Stdout: "persisted\n", Code: 5}) {
 		t.Fatalf("run = %+v, want persisted and exit 5", r)
 	}
-	psArgs := []string{"ps", "-a", "--no-trunc", "--filter", "name=" + containerName(t, "")[:len("e2e-")+8],
+	psArgs := []string{"ps", "-a", "--no-trunc", "--filter", "name=" + namePrefix(t),
 		"--format", "{{.ID}} {{.Names}} {{.Image}} {{.Command}} {{.State}}"}
 	imagesArgs := []string{"images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}"}
 	// The test images share one creation time, so `docker images` may list
@@ -191,6 +228,12 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 	if r := docker(t, "logs", exited); r != (result{Stdout: "persisted\n"}) {
 		t.Errorf("logs after restart = %+v", r)
+	}
+	// A container created before the restart still starts; start -a
+	// attaches before starting, so no output is lost, and passes the exit
+	// code through.
+	if r := docker(t, "start", "-a", created); r != (result{Stdout: "first\n", Code: 4}) {
+		t.Errorf("start -a after restart = %+v, want first and exit 4", r)
 	}
 	mustDocker(t, "rm", created, exited)
 }
