@@ -65,5 +65,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	log.Info("serving host", "port", port)
-	return a.Serve(ctx, &agent.SerialListener{Path: port})
+	l := &agent.SerialListener{Path: port}
+	defer l.Close()
+	return a.Serve(ctx, l)
 }

@@ -164,10 +164,19 @@ func yamuxConfig(log *slog.Logger) *yamux.Config {
 	return cfg
 }
 
-// ServeConn runs one yamux server session over conn until it fails or ctx
-// ends, and closes conn.
+// ServeConn runs one session over conn (proto.AcceptSession, then a yamux
+// server) until it fails or ctx ends, and closes conn.
 func (a *Agent) ServeConn(ctx context.Context, conn io.ReadWriteCloser) error {
-	sess, err := yamux.Server(conn, yamuxConfig(a.log))
+	stopStart := context.AfterFunc(ctx, func() { conn.Close() })
+	rest, err := proto.AcceptSession(conn)
+	if !stopStart() {
+		return ctx.Err()
+	}
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	sess, err := yamux.Server(readWriteCloser{rest, conn}, yamuxConfig(a.log))
 	if err != nil {
 		conn.Close()
 		return fmt.Errorf("start yamux session: %w", err)
@@ -190,6 +199,13 @@ func (a *Agent) ServeConn(ctx context.Context, conn io.ReadWriteCloser) error {
 			a.handle(ctx, sess, st)
 		}()
 	}
+}
+
+// readWriteCloser is a connection with the bytes its session start read
+// ahead.
+type readWriteCloser struct {
+	io.Reader
+	io.WriteCloser
 }
 
 // stream is one accepted request stream.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -134,32 +135,37 @@ func FindSerialPort(ctx context.Context, name string) (string, error) {
 	}
 }
 
-// SerialListener yields sessions over a virtio-serial port. The port is
-// opened afresh for every session and handed out only once the host side is
+// SerialListener yields sessions over a virtio-serial port. The port stays
+// open for the agent's lifetime (closing it would discard what the host has
+// queued), and a session is handed out only once the host side is
 // connected: while it is not, the Linux driver reports POLLHUP and read
-// returns 0, which a yamux session would take for the end of the stream.
+// returns 0, which a session would take for the end of the stream.
 type SerialListener struct {
 	Path string
 	// Interval between checks for a host connection; default 50ms.
 	Interval time.Duration
+
+	mu sync.Mutex
+	f  *os.File
 }
 
-// Accept waits until the host is connected to the port.
+// Accept waits until the host is connected to the port. Closing the
+// returned session interrupts its I/O but keeps the port open.
 func (l *SerialListener) Accept(ctx context.Context) (io.ReadWriteCloser, error) {
 	interval := l.Interval
 	if interval <= 0 {
 		interval = 50 * time.Millisecond
 	}
-	var f *os.File
-	for {
-		var err error
-		// O_NONBLOCK puts the port under the Go poller, so closing it
-		// unblocks a session stuck writing to an absent host.
-		f, err = os.OpenFile(l.Path, os.O_RDWR|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.f == nil {
+		// O_NONBLOCK puts the port under the Go poller, so deadlines can
+		// interrupt a session stuck writing to an absent host.
+		f, err := os.OpenFile(l.Path, os.O_RDWR|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 		if err == nil {
+			l.f = f
 			break
 		}
-		// EBUSY: the previous session's descriptor is still closing.
 		if !errors.Is(err, unix.EBUSY) {
 			return nil, fmt.Errorf("open %s: %w", l.Path, err)
 		}
@@ -167,21 +173,44 @@ func (l *SerialListener) Accept(ctx context.Context) (io.ReadWriteCloser, error)
 			return nil, err
 		}
 	}
+	// Lift the previous session's interruption.
+	if err := l.f.SetDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("reset %s: %w", l.Path, err)
+	}
 	for {
-		up, err := hostConnected(f)
+		up, err := hostConnected(l.f)
 		if err != nil {
-			f.Close()
 			return nil, fmt.Errorf("poll %s: %w", l.Path, err)
 		}
 		if up {
-			return f, nil
+			return portSession{l.f}, nil
 		}
 		if err := sleepCtx(ctx, interval); err != nil {
-			f.Close()
 			return nil, err
 		}
 	}
 }
+
+// Close closes the port.
+func (l *SerialListener) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
+
+// portSession is one session's use of the port.
+type portSession struct{ f *os.File }
+
+func (p portSession) Read(b []byte) (int, error)  { return p.f.Read(b) }
+func (p portSession) Write(b []byte) (int, error) { return p.f.Write(b) }
+
+// Close unblocks the session's pending reads and writes.
+func (p portSession) Close() error { return p.f.SetDeadline(time.Unix(1, 0)) }
 
 func hostConnected(f *os.File) (bool, error) {
 	rc, err := f.SyscallConn()

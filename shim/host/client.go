@@ -10,6 +10,8 @@ package host
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,32 +36,85 @@ func (e *AgentError) Error() string { return e.Message }
 
 // Client talks to one agent over one session.
 type Client struct {
-	sess *yamux.Session
+	conn   net.Conn
+	cancel context.CancelFunc
+	ready  chan struct{} // closed once sess or startErr is set
+	sess   *yamux.Session
+	// startErr is why the session could not start.
+	startErr error
 
 	mu    sync.Mutex
 	procs map[string]*Process
 }
 
-// New starts a yamux client session over conn. It does no I/O: the first
-// request is what reaches the agent, which may still be booting.
+// New starts a session over conn. It returns at once: the session start
+// (proto.OpenSession, then yamux) runs in the background, since the agent
+// may still be booting, and requests wait for it within their contexts.
 func New(conn net.Conn) (*Client, error) {
+	nonce := make([]byte, 8)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("make session nonce: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{conn: conn, cancel: cancel, ready: make(chan struct{}), procs: map[string]*Process{}}
+	go c.start(ctx, hex.EncodeToString(nonce))
+	return c, nil
+}
+
+// sessionConn is conn with the bytes the session start read ahead.
+type sessionConn struct {
+	io.Reader
+	net.Conn
+}
+
+func (s sessionConn) Read(p []byte) (int, error) { return s.Reader.Read(p) }
+
+func (c *Client) start(ctx context.Context, nonce string) {
+	defer close(c.ready)
+	rest, err := proto.OpenSession(ctx, c.conn, nonce)
+	if err != nil {
+		c.startErr = fmt.Errorf("start agent session: %w", err)
+		return
+	}
 	cfg := yamux.DefaultConfig()
 	// Keep-alives would declare a paused or snapshotted VM dead; the open
-	// timeout would kill the session while the guest boots.
+	// timeout would kill the session while the guest is slow.
 	cfg.EnableKeepAlive = false
 	cfg.StreamOpenTimeout = 0
 	cfg.ConnectionWriteTimeout = 2 * time.Minute
 	cfg.StreamCloseTimeout = 2 * time.Minute
 	cfg.LogOutput = io.Discard
-	sess, err := yamux.Client(conn, cfg)
+	sess, err := yamux.Client(sessionConn{rest, c.conn}, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("start agent session: %w", err)
+		c.startErr = fmt.Errorf("start agent session: %w", err)
+		return
 	}
-	return &Client{sess: sess, procs: map[string]*Process{}}, nil
+	c.sess = sess
+}
+
+// session waits for the session to have started.
+func (c *Client) session(ctx context.Context) (*yamux.Session, error) {
+	select {
+	case <-c.ready:
+		if c.startErr != nil {
+			return nil, c.startErr
+		}
+		return c.sess, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Close ends the session. The agent's processes keep running.
-func (c *Client) Close() error { return c.sess.Close() }
+func (c *Client) Close() error {
+	c.cancel()
+	err := c.conn.Close()
+	<-c.ready
+	if c.sess != nil {
+		c.sess.Close()
+	}
+	return err
+}
 
 // call is one request stream after its first Response.
 type call struct {
@@ -90,7 +145,11 @@ func (c *Client) do(ctx context.Context, req proto.Request) (*call, proto.Respon
 	if err := ctx.Err(); err != nil {
 		return nil, resp, err
 	}
-	st, err := c.sess.OpenStream()
+	sess, err := c.session(ctx)
+	if err != nil {
+		return nil, resp, fmt.Errorf("agent %s: %w", req.Op, err)
+	}
+	st, err := sess.OpenStream()
 	if err != nil {
 		return nil, resp, fmt.Errorf("open agent stream for %s: %w", req.Op, err)
 	}

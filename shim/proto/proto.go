@@ -4,7 +4,9 @@
 // Transport: a single byte stream per VM — a virtio-serial port under QEMU,
 // a hybrid-vsock connection under cloud-hypervisor — carrying a yamux
 // session. The host is the yamux client and always speaks first; the agent is
-// the yamux server. Sessions are disposable: when the host side goes away
+// the yamux server. Each session begins with a short line-based exchange
+// before yamux (see OpenSession) so that the agent drops a stale session
+// that the byte stream did not end. Sessions are disposable: when the host side goes away
 // (daemon restart, snapshot restore) the agent drops the session and accepts
 // a new one without disturbing its processes or losing their buffered output.
 //
