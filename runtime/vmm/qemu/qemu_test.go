@@ -1,0 +1,245 @@
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/husk-vm/husk/runtime/vmm"
+)
+
+// argAfter returns every value that follows flag in args.
+func argAfter(args []string, flag string) []string {
+	var out []string
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag {
+			out = append(out, args[i+1])
+		}
+	}
+	return out
+}
+
+func TestQEMUArgs(t *testing.T) {
+	dir := t.TempDir()
+	cfg := vmm.Config{
+		ID:        "c1,x",
+		Dir:       dir,
+		Kernel:    "/boot/vmlinuz",
+		Initramfs: "/cache/initramfs.cpio",
+		Cmdline:   "husk.debug=1",
+		MemoryMiB: 512,
+		CPUs:      2,
+		Disks: []vmm.Disk{
+			{Path: "/images/base,1.ext4", ReadOnly: true, Serial: "base"},
+			{Path: "/sandboxes/upper.ext4", Serial: "upper"},
+		},
+	}
+	args, err := qemuArgs(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		flag string
+		want []string
+	}{
+		{"-M", []string{"pc"}},
+		{"-accel", []string{"tcg"}},
+		{"-cpu", []string{"max"}},
+		{"-m", []string{"512"}},
+		{"-smp", []string{"2"}},
+		{"-name", []string{"c1,,x,process=husk-c1,,x"}},
+		{"-append", []string{"console=ttyS0 panic=-1 quiet husk.debug=1"}},
+		{"-drive", []string{
+			"file=/images/base,,1.ext4,if=none,format=raw,id=disk0,readonly=on",
+			"file=/sandboxes/upper.ext4,if=none,format=raw,id=disk1,readonly=off",
+		}},
+		{"-qmp", []string{"unix:qmp.sock,server=on,wait=off"}},
+		{"-nic", []string{"none"}},
+	}
+	for _, c := range checks {
+		if got := argAfter(args, c.flag); !slices.Equal(got, c.want) {
+			t.Errorf("%s = %q, want %q", c.flag, got, c.want)
+		}
+	}
+	devices := argAfter(args, "-device")
+	for _, want := range []string{
+		"virtio-blk-pci,drive=disk0,serial=base",
+		"virtio-blk-pci,drive=disk1,serial=upper",
+		"virtserialport,bus=vserial.0,chardev=agent,name=husk.agent",
+	} {
+		if !slices.Contains(devices, want) {
+			t.Errorf("no -device %s in %q", want, devices)
+		}
+	}
+	// Socket paths must be relative: QEMU runs in Dir, whose absolute
+	// path may exceed the unix socket limit.
+	for _, c := range argAfter(args, "-chardev") {
+		if strings.Contains(c, "path=/") {
+			t.Errorf("chardev with an absolute path: %s", c)
+		}
+	}
+	for _, f := range []string{"-nodefaults", "-no-user-config", "-no-reboot"} {
+		if !slices.Contains(args, f) {
+			t.Errorf("missing %s", f)
+		}
+	}
+
+	cfg.Accel = "kvm"
+	args, err = qemuArgs(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{"host"}) {
+		t.Errorf("kvm -cpu = %q, want host", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := vmm.Config{ID: "x", Dir: dir, Kernel: "k", Initramfs: "i"}
+	tests := []struct {
+		name string
+		mod  func(*vmm.Config)
+		ok   bool
+	}{
+		{"good", func(*vmm.Config) {}, true},
+		{"no dir", func(c *vmm.Config) { c.Dir = "" }, false},
+		{"missing dir", func(c *vmm.Config) { c.Dir = filepath.Join(dir, "nope") }, false},
+		{"no kernel", func(c *vmm.Config) { c.Kernel = "" }, false},
+		{"no initramfs", func(c *vmm.Config) { c.Initramfs = "" }, false},
+		{"bad accel", func(c *vmm.Config) { c.Accel = "hvf" }, false},
+		{"long serial", func(c *vmm.Config) { c.Disks = []vmm.Disk{{Path: "d", Serial: strings.Repeat("s", 21)}} }, false},
+		{"20-byte serial", func(c *vmm.Config) { c.Disks = []vmm.Disk{{Path: "d", Serial: strings.Repeat("s", 20)}} }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := good
+			tt.mod(&cfg)
+			err := validate(cfg)
+			if (err == nil) != tt.ok {
+				t.Fatalf("validate err = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("err %v is not InvalidArgument", err)
+			}
+		})
+	}
+}
+
+// fakeQMP serves one QMP session on a socket in dir, answering with
+// script: for each command it receives, the lines to send back (with
+// "$ID" replaced by the command's id).
+func fakeQMP(t *testing.T, path string, script map[string][]string) <-chan []string {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []string, 1)
+	go func() {
+		defer l.Close()
+		c, err := l.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		c.Write([]byte(`{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}}, "capabilities": []}}` + "\n"))
+		var seen []string
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			var req struct {
+				Execute   string          `json:"execute"`
+				Arguments json.RawMessage `json:"arguments"`
+				ID        json.RawMessage `json:"id"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+				break
+			}
+			seen = append(seen, req.Execute+string(req.Arguments))
+			for _, line := range script[req.Execute] {
+				c.Write([]byte(strings.ReplaceAll(line, "$ID", string(req.ID)) + "\n"))
+			}
+		}
+		got <- seen
+	}()
+	return got
+}
+
+func TestQMPClient(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "qmp.sock")
+	seen := fakeQMP(t, path, map[string][]string{
+		"qmp_capabilities": {`{"return": {}, "id": $ID}`},
+		"query-status": {
+			`{"event": "STOP", "data": {}, "timestamp": {"seconds": 1, "microseconds": 2}}`,
+			`{"return": {}, "id": 999}`,
+			`{"return": {"status": "running", "running": true}, "id": $ID}`,
+		},
+		"migrate": {`{"error": {"class": "GenericError", "desc": "no uri"}, "id": $ID}`},
+		"cont":    {`{"return": {}, "id": $ID}`, `{"event": "RESUME", "timestamp": {"seconds": 3, "microseconds": 0}}`},
+	})
+	q, err := dialQMP(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Status string }
+	if err := q.Execute(ctx, "query-status", nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != "running" {
+		t.Errorf("status %q, want running (the stray id 999 reply must be skipped)", st.Status)
+	}
+	err = q.Execute(ctx, "migrate", map[string]string{"uri": "x"}, nil)
+	var qe *QMPError
+	if !errors.As(err, &qe) || qe.Class != "GenericError" || qe.Desc != "no uri" {
+		t.Errorf("migrate err = %v, want QMPError GenericError", err)
+	}
+	if err := q.Execute(ctx, "cont", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"STOP", "RESUME"} {
+		ev, err := q.NextEvent(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Event != want {
+			t.Errorf("event %s, want %s", ev.Event, want)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := q.NextEvent(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("NextEvent on a cancelled context: %v", err)
+	}
+	q.Close()
+	want := []string{"qmp_capabilities", "query-status", `migrate{"uri":"x"}`, "cont"}
+	if got := <-seen; !slices.Equal(got, want) {
+		t.Errorf("server saw %q, want %q", got, want)
+	}
+}
+
+func TestReattachNothing(t *testing.T) {
+	d := New(Options{})
+	dir := t.TempDir()
+	if _, err := d.Reattach(context.Background(), dir); !errdefs.IsNotFound(err) {
+		t.Errorf("no pid file: err = %v, want NotFound", err)
+	}
+	// A live process that is not QEMU in this dir: the test itself.
+	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Reattach(context.Background(), dir); !errdefs.IsNotFound(err) {
+		t.Errorf("foreign pid: err = %v, want NotFound", err)
+	}
+}

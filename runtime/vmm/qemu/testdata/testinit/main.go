@@ -1,0 +1,105 @@
+// Command testinit is a stand-in guest agent for the QEMU driver's
+// integration test. As PID 1 it loads /husk/modules.order, mounts devtmpfs
+// and sysfs, finds the husk.agent virtio-serial port and the virtio-blk
+// serials, then answers the host: any line but "ping" gets
+// "ready vda=<serial>:ro vdb=<serial>:rw ...", "ping" gets "pong".
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "testinit: %v\n", err)
+	}
+	// PID 1 must not exit; power off so a failure ends the VM quickly.
+	unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
+}
+
+func run() error {
+	for _, m := range []struct{ src, dst, fs string }{
+		{"devtmpfs", "/dev", "devtmpfs"},
+		{"sysfs", "/sys", "sysfs"},
+		{"proc", "/proc", "proc"},
+	} {
+		if err := unix.Mount(m.src, m.dst, m.fs, 0, ""); err != nil {
+			return fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	order, err := os.ReadFile("/husk/modules.order")
+	if err != nil {
+		return err
+	}
+	for _, p := range strings.Fields(string(order)) {
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && err != unix.EEXIST {
+			return fmt.Errorf("load %s: %w", p, err)
+		}
+	}
+	port, err := findPort("husk.agent")
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(port, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "testinit: port %s open\n", port)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		reply := "pong"
+		if sc.Text() != "ping" {
+			reply = "ready" + disks()
+		}
+		if _, err := fmt.Fprintln(f, reply); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("port closed: %v", sc.Err())
+}
+
+func findPort(name string) (string, error) {
+	for range 500 {
+		names, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+		for _, n := range names {
+			b, _ := os.ReadFile(n)
+			if strings.TrimSpace(string(b)) == name {
+				dev := "/dev/" + filepath.Base(filepath.Dir(n))
+				if _, err := os.Stat(dev); err == nil {
+					return dev, nil
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return "", fmt.Errorf("no virtio port %s", name)
+}
+
+func disks() string {
+	serials, _ := filepath.Glob("/sys/block/vd*/serial")
+	slices.Sort(serials)
+	var b strings.Builder
+	for _, s := range serials {
+		v, _ := os.ReadFile(s)
+		mode := "rw"
+		if ro, _ := os.ReadFile(filepath.Join(filepath.Dir(s), "ro")); strings.TrimSpace(string(ro)) == "1" {
+			mode = "ro"
+		}
+		fmt.Fprintf(&b, " %s=%s:%s", filepath.Base(filepath.Dir(s)), strings.TrimSpace(string(v)), mode)
+	}
+	return b.String()
+}
