@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/api/types/image"
+	"github.com/moby/moby/api/types/system"
+	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/apicompat"
+	"github.com/husk-vm/husk/imagebuild"
+	"github.com/husk-vm/husk/kernel"
+	"github.com/husk-vm/husk/rootfs"
+	"github.com/husk-vm/husk/runtime/containers"
+)
+
+// imageSource is the image store as the runtime sees it.
+type imageSource struct{ s *imagebuild.Service }
+
+func (a imageSource) Resolve(ctx context.Context, ref string) (containers.Image, error) {
+	img, err := a.s.Resolve(ctx, ref)
+	if err != nil {
+		return containers.Image{}, err
+	}
+	return containers.Image{ID: img.ID, Config: img.Config.Config}, nil
+}
+
+func (a imageSource) Layers(ctx context.Context, imageID string) ([]rootfs.LayerOpener, error) {
+	openers, err := a.s.Layers(ctx, imageID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rootfs.LayerOpener, len(openers))
+	for i, o := range openers {
+		out[i] = rootfs.LayerOpener(o)
+	}
+	return out, nil
+}
+
+// imageAPI is the image store as the API sees it.
+type imageAPI struct{ *imagebuild.Service }
+
+func (a imageAPI) List(ctx context.Context, opts apicompat.ImageListOptions) ([]image.Summary, error) {
+	return a.Service.List(ctx, opts.All, opts.Filters)
+}
+
+// systemInfo answers /info and /version.
+type systemInfo struct {
+	cfg    Config
+	mgr    *containers.Manager
+	images *imagebuild.Service
+	kernel kernel.Kernel
+	vmm    string
+	accel  string
+}
+
+func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
+	running, paused, stopped := s.mgr.Counts()
+	imgs, err := s.images.List(ctx, false, nil)
+	if err != nil {
+		return system.Info{}, err
+	}
+	host, _ := os.Hostname()
+	var mem unix.Sysinfo_t
+	_ = unix.Sysinfo(&mem)
+	runtimeName := "husk-" + s.vmm
+	return system.Info{
+		ID:                 "husk",
+		Containers:         running + paused + stopped,
+		ContainersRunning:  running,
+		ContainersPaused:   paused,
+		ContainersStopped:  stopped,
+		Images:             len(imgs),
+		Driver:             "husk-ext4",
+		DriverStatus:       [][2]string{{"Base disks", "ext4, read-only, one per image"}, {"Accelerator", s.accel}, {"Guest kernel", s.kernel.Version}},
+		LoggingDriver:      "json-file",
+		CgroupDriver:       "none",
+		KernelVersion:      hostKernel(),
+		OperatingSystem:    osName(),
+		OSType:             "linux",
+		Architecture:       "x86_64",
+		NCPU:               runtime.NumCPU(),
+		MemTotal:           int64(mem.Totalram) * int64(mem.Unit),
+		DockerRootDir:      s.cfg.Root,
+		Name:               host,
+		ServerVersion:      version,
+		Runtimes:           map[string]system.RuntimeWithStatus{runtimeName: {}},
+		DefaultRuntime:     runtimeName,
+		ExperimentalBuild:  true,
+		SystemTime:         time.Now().Format(time.RFC3339Nano),
+		IndexServerAddress: "https://index.docker.io/v1/",
+		InitBinary:         "husk-agent",
+		SecurityOptions:    []string{"name=microvm"},
+	}, nil
+}
+
+func (s *systemInfo) Version(ctx context.Context) (system.VersionResponse, error) {
+	return system.VersionResponse{
+		Platform:      struct{ Name string }{Name: "husk"},
+		Version:       version,
+		APIVersion:    "1.50",
+		MinAPIVersion: "1.24",
+		GoVersion:     runtime.Version(),
+		Os:            "linux",
+		Arch:          "amd64",
+		KernelVersion: hostKernel(),
+		Experimental:  true,
+		Components: []system.ComponentVersion{
+			{Name: "Engine", Version: version, Details: map[string]string{"ApiVersion": "1.50", "MinAPIVersion": "1.24", "Os": "linux", "Arch": "amd64"}},
+			{Name: s.vmm, Version: "", Details: map[string]string{"Accelerator": s.accel, "GuestKernel": s.kernel.Version}},
+		},
+	}, nil
+}
+
+func hostKernel() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func osName() string {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return "Linux"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return "Linux"
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Config is the daemon's configuration: flags over /etc/husk/daemon.json
+// over defaults. Each flag is also a key of the file, spelled the same.
+type Config struct {
+	Root               string   `json:"root"`
+	Hosts              []string `json:"hosts"`
+	InsecureRegistries []string `json:"insecure-registries"`
+	VMM                string   `json:"vmm"`
+	Accel              string   `json:"accel"`
+	Kernel             string   `json:"kernel"`
+	Agent              string   `json:"agent"`
+	MemoryMiB          int      `json:"memory"`
+	CPUs               int      `json:"cpus"`
+	UpperSize          int64    `json:"upper-size"`
+	Debug              bool     `json:"debug"`
+}
+
+func defaults() Config {
+	return Config{
+		Root:      "/var/lib/husk",
+		Hosts:     []string{"unix:///run/husk/docker.sock"},
+		VMM:       "auto",
+		Accel:     "auto",
+		MemoryMiB: 256,
+		CPUs:      1,
+		UpperSize: 16 << 30,
+	}
+}
+
+func flags() []cli.Flag {
+	d := defaults()
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config-file", Value: "/etc/husk/daemon.json", Usage: "daemon configuration file"},
+		&cli.StringFlag{Name: "root", Value: d.Root, Usage: "where husk keeps images, disks and containers"},
+		&cli.StringSliceFlag{Name: "host", Aliases: []string{"H"}, Value: cli.NewStringSlice(d.Hosts...), Usage: "unix://PATH socket to serve the API on (repeatable)"},
+		&cli.StringSliceFlag{Name: "insecure-registry", Usage: "registry HOST[:PORT] reached over plain HTTP (repeatable)"},
+		&cli.StringFlag{Name: "vmm", Value: d.VMM, Usage: "auto, qemu or cloud-hypervisor"},
+		&cli.StringFlag{Name: "accel", Value: d.Accel, Usage: "auto, kvm or tcg; auto uses KVM only where it boots faster than TCG"},
+		&cli.StringFlag{Name: "kernel", Usage: "guest kernel (default: the newest /boot/vmlinuz-*)"},
+		&cli.StringFlag{Name: "agent", Usage: "static husk-agent binary (default: beside huskd)"},
+		&cli.IntFlag{Name: "memory", Value: d.MemoryMiB, Usage: "default guest memory in MiB"},
+		&cli.IntFlag{Name: "cpus", Value: d.CPUs, Usage: "default guest vCPUs"},
+		&cli.Int64Flag{Name: "upper-size", Value: d.UpperSize, Usage: "apparent size in bytes of each container's writable disk"},
+		&cli.BoolFlag{Name: "debug", Aliases: []string{"D"}, Usage: "debug logging"},
+	}
+}
+
+// loadConfig layers the file, then flags the user set, over defaults.
+func loadConfig(c *cli.Context) (Config, error) {
+	cfg := defaults()
+	path := c.String("config-file")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, fmt.Errorf("read %s: %w", path, err)
+		}
+	case errors.Is(err, os.ErrNotExist) && !c.IsSet("config-file"):
+	default:
+		return cfg, fmt.Errorf("read %s: %w", path, err)
+	}
+	set := func(name string, apply func()) {
+		if c.IsSet(name) {
+			apply()
+		}
+	}
+	set("root", func() { cfg.Root = c.String("root") })
+	set("host", func() { cfg.Hosts = c.StringSlice("host") })
+	set("insecure-registry", func() { cfg.InsecureRegistries = c.StringSlice("insecure-registry") })
+	set("vmm", func() { cfg.VMM = c.String("vmm") })
+	set("accel", func() { cfg.Accel = c.String("accel") })
+	set("kernel", func() { cfg.Kernel = c.String("kernel") })
+	set("agent", func() { cfg.Agent = c.String("agent") })
+	set("memory", func() { cfg.MemoryMiB = c.Int("memory") })
+	set("cpus", func() { cfg.CPUs = c.Int("cpus") })
+	set("upper-size", func() { cfg.UpperSize = c.Int64("upper-size") })
+	set("debug", func() { cfg.Debug = c.Bool("debug") })
+	if len(cfg.Hosts) == 0 {
+		return cfg, errors.New("no --host to listen on")
+	}
+	if cfg.MemoryMiB < 64 || cfg.CPUs < 1 {
+		return cfg, fmt.Errorf("--memory must be at least 64 and --cpus at least 1 (got %d, %d)", cfg.MemoryMiB, cfg.CPUs)
+	}
+	return cfg, nil
+}
+
+// chownDockerGroup gives the socket to the "docker" group when one exists,
+// as dockerd does, so members can use it without root.
+func chownDockerGroup(path string) {
+	g, err := user.LookupGroup("docker")
+	if err != nil {
+		return
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return
+	}
+	_ = syscall.Chown(path, 0, gid)
+}

@@ -1,0 +1,230 @@
+// Command huskd is the husk daemon: the Docker Engine API on a unix socket,
+// every container a microVM. This main only reads configuration and wires
+// the packages together.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/husk-vm/husk/apicompat"
+	"github.com/husk-vm/husk/imagebuild"
+	"github.com/husk-vm/husk/kernel"
+	"github.com/husk-vm/husk/rootfs"
+	"github.com/husk-vm/husk/runtime/accel"
+	"github.com/husk-vm/husk/runtime/containers"
+	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/qemu"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	app := &cli.App{
+		Name:    "huskd",
+		Usage:   "Docker-compatible daemon that runs every container as a microVM",
+		Version: version,
+		Flags:   flags(),
+		Action: func(c *cli.Context) error {
+			cfg, err := loadConfig(c)
+			if err != nil {
+				return err
+			}
+			return run(c.Context, cfg)
+		},
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "huskd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(parent context.Context, cfg Config) error {
+	logger := newLogger(cfg.Debug)
+	slog.SetDefault(logger)
+	ctx, stop := signal.NotifyContext(parent, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
+		return fmt.Errorf("create root %s: %w", cfg.Root, err)
+	}
+	driver, err := chooseVMM(cfg.VMM, logger)
+	if err != nil {
+		return err
+	}
+	k, err := kernel.Find(cfg.Kernel)
+	if err != nil {
+		return fmt.Errorf("guest kernel: %w", err)
+	}
+	agent, err := findAgent(cfg.Agent)
+	if err != nil {
+		return err
+	}
+	initramfs, err := kernel.BuildInitramfs(ctx, k, agent, filepath.Join(cfg.Root, "kernel"))
+	if err != nil {
+		return fmt.Errorf("build initramfs: %w", err)
+	}
+	guest := containers.Guest{
+		Driver: driver, Kernel: k.Path, Initramfs: initramfs,
+		MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, UpperSize: cfg.UpperSize,
+		ReadyTimeout: 2 * time.Minute,
+	}
+	choice, err := accel.Choose(ctx, accel.Options{
+		Requested: cfg.Accel, Kernel: k.Path, Initramfs: initramfs,
+		CacheFile: filepath.Join(cfg.Root, "accel.json"), Boot: guest.BootToReady,
+	})
+	if err != nil {
+		return err
+	}
+	guest.Accel = choice.Accel
+	logger.Info("guest", "vmm", driver.Name(), "kernel", k.Path, "kernel_version", k.Version,
+		"initramfs", initramfs, "accel", choice.Accel, "accel_reason", choice.Reason)
+
+	disks, err := rootfs.New(filepath.Join(cfg.Root, "rootfs"))
+	if err != nil {
+		return err
+	}
+	var mgr *containers.Manager
+	images, err := imagebuild.New(imagebuild.Options{
+		Root: filepath.Join(cfg.Root, "images"), InsecureRegistries: cfg.InsecureRegistries,
+		InUse:  func(id string) []string { return mgr.InUse(id) },
+		Logger: logger,
+	})
+	if err != nil {
+		return fmt.Errorf("open image store: %w", err)
+	}
+	mgr, err = containers.New(ctx, containers.Options{
+		Root: filepath.Join(cfg.Root, "containers"), Images: imageSource{images},
+		Disks: disks, Guest: guest, Logger: logger,
+	})
+	if err != nil {
+		return fmt.Errorf("open containers: %w", err)
+	}
+	mgr.Restore(ctx)
+
+	handler := apicompat.New(apicompat.Config{
+		Images:     imageAPI{images},
+		Containers: mgr,
+		System:     &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel},
+		Logger:     logger,
+		Version:    version,
+	})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
+	listeners, err := listen(cfg.Hosts)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		logger.Info("API listening", "addr", "unix://"+l.Addr().String())
+		go func() { errc <- srv.Serve(l) }()
+	}
+
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-errc:
+		logger.Error("API server failed", "err", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Stop taking requests, then stop the containers, as dockerd does
+	// without live-restore.
+	_ = srv.Shutdown(shutdownCtx)
+	mgr.Shutdown(shutdownCtx)
+	for _, h := range cfg.Hosts {
+		_ = os.Remove(strings.TrimPrefix(h, "unix://"))
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+func newLogger(debug bool) *slog.Logger {
+	level := slog.LevelInfo
+	if debug {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func chooseVMM(name string, logger *slog.Logger) (vmm.Driver, error) {
+	switch name {
+	case "", "auto", "qemu":
+		return qemu.New(qemu.Options{Logger: logger}), nil
+	case "cloud-hypervisor":
+		return nil, errors.New("--vmm cloud-hypervisor: the cloud-hypervisor driver is not built yet; use --vmm qemu")
+	}
+	return nil, fmt.Errorf("unknown --vmm %q: want auto, qemu or cloud-hypervisor", name)
+}
+
+// findAgent locates the static husk-agent binary: the flag, else beside
+// huskd, else in PATH.
+func findAgent(flag string) (string, error) {
+	if flag != "" {
+		if _, err := os.Stat(flag); err != nil {
+			return "", fmt.Errorf("--agent: %w", err)
+		}
+		return flag, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "husk-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("husk-agent not found beside huskd; build it (make build) or pass --agent")
+}
+
+// listen opens each unix:// host, replacing a stale socket, mode 0660.
+func listen(hosts []string) ([]net.Listener, error) {
+	var out []net.Listener
+	for _, h := range hosts {
+		path, ok := strings.CutPrefix(h, "unix://")
+		if !ok {
+			closeAll(out)
+			return nil, fmt.Errorf("--host %s: only unix:// sockets are supported", h)
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			closeAll(out)
+			return nil, fmt.Errorf("listen %s: %w", h, err)
+		}
+		if conn, err := net.Dial("unix", path); err == nil {
+			conn.Close()
+			closeAll(out)
+			return nil, fmt.Errorf("listen %s: another daemon is serving it", h)
+		}
+		_ = os.Remove(path)
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			closeAll(out)
+			return nil, fmt.Errorf("listen %s: %w", h, err)
+		}
+		if err := os.Chmod(path, 0o660); err != nil {
+			l.Close()
+			closeAll(out)
+			return nil, fmt.Errorf("chmod %s: %w", path, err)
+		}
+		chownDockerGroup(path)
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		l.Close()
+	}
+}

@@ -1,0 +1,699 @@
+package containers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+
+	"github.com/husk-vm/husk/runtime/logs"
+	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/shim/host"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// mainProcess is the agent's ID for a container's main process.
+const mainProcess = "main"
+
+// Serials the agent uses to tell the base and upper disks apart.
+const (
+	baseSerial  = "husk-base"
+	upperSerial = "husk-upper"
+)
+
+// ctr is one container in memory.
+type ctr struct {
+	m   *Manager
+	dir string
+	log *logs.File
+	hub *hub
+
+	mu      sync.Mutex
+	rec     Record
+	run     *run // non-nil from start until the VM is gone
+	waiters []waiter
+	removed bool
+}
+
+// run is one boot of a container's VM.
+type run struct {
+	machine vmm.Machine
+	client  *host.Client
+	proc    *host.Process
+	stdin   io.WriteCloser
+	// exited is closed once the exit is recorded and the VM is gone.
+	exited chan struct{}
+}
+
+type waiter struct {
+	cond container.WaitCondition
+	ch   chan container.WaitResponse
+}
+
+// Start boots the container's VM and runs its main process.
+func (m *Manager) Start(ctx context.Context, ref string) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed {
+		return errdefs.ErrNotFound.WithMessage("No such container: " + ref)
+	}
+	if c.run != nil {
+		if c.rec.State.Running {
+			return errdefs.ErrNotModified.WithMessage("Container already started")
+		}
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is stopping", c.rec.ID))
+	}
+	r, err := c.boot(ctx)
+	if err != nil {
+		c.recordStartFailure(err)
+		return startError(err)
+	}
+	c.run = r
+	now := time.Now().UTC()
+	c.rec.State = container.State{
+		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
+		StartedAt: now.Format(time.RFC3339Nano), FinishedAt: zeroTime,
+	}
+	if err := c.save(); err != nil {
+		m.log.Error("persist started container", "id", c.rec.ID, "err", err)
+	}
+	c.hub.started(r.stdin)
+	go c.monitor(r)
+	m.log.Info("container started", "id", c.rec.ID[:12], "vmm_pid", r.machine.PID())
+	return nil
+}
+
+// boot starts the VM, waits for the agent, prepares the root and starts the
+// main process. On error nothing is left running. Callers hold c.mu.
+func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
+	m := c.m
+	layers, err := m.images.Layers(ctx, c.rec.ImageID)
+	if err != nil {
+		return nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
+	}
+	base, err := m.disks.EnsureBase(ctx, c.rec.ImageID, layers)
+	if err != nil {
+		return nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
+	}
+	vmDir := filepath.Join(c.dir, "vm")
+	if err := os.MkdirAll(vmDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create vm dir: %w", err)
+	}
+	c.rec.VMDir = vmDir
+	g := m.guest
+	machine, err := g.Driver.Start(ctx, vmm.Config{
+		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs,
+		MemoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), CPUs: cpus(c.rec.HostConfig, g.CPUs), Accel: g.Accel,
+		Disks: []vmm.Disk{
+			{Path: base, ReadOnly: true, Serial: baseSerial},
+			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boot %s: %w", c.rec.ID[:12], err)
+	}
+	defer func() {
+		if err != nil {
+			_ = machine.Kill()
+			waitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = machine.Wait(waitCtx)
+			cancel()
+			_ = machine.Cleanup()
+		}
+	}()
+	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
+	defer cancel()
+	client, err := connectAgent(readyCtx, machine)
+	if err != nil {
+		return nil, fmt.Errorf("boot %s: %w (console log: %s)", c.rec.ID[:12], err, filepath.Join(vmDir, "console.log"))
+	}
+	defer func() {
+		if err != nil {
+			_ = client.Close()
+		}
+	}()
+	cfg := c.rec.Config
+	if err := client.Setup(ctx, proto.SetupSpec{
+		Hostname: cfg.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
+		Hosts: hostsFile(cfg.Hostname),
+	}); err != nil {
+		return nil, fmt.Errorf("set up guest root: %w", err)
+	}
+	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
+		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
+		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &run{machine: machine, client: client, proc: proc, exited: make(chan struct{})}
+	if cfg.OpenStdin {
+		if r.stdin, err = proc.Stdin(ctx); err != nil {
+			return nil, fmt.Errorf("open stdin: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// connectAgent dials the agent until it answers: the guest is booting.
+func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
+	var lastErr error
+	for {
+		client, err := dialOnce(ctx, machine)
+		if err == nil {
+			return client, nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("guest agent not ready: %w", lastErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func dialOnce(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
+	conn, err := machine.DialAgent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	client, err := host.New(conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := client.Ping(pingCtx); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return client, nil
+}
+
+// monitor pumps the main process's output into the log and attached
+// clients, then records the exit and takes the VM down.
+func (c *ctr) monitor(r *run) {
+	ctx := context.Background()
+	var pumps sync.WaitGroup
+	for _, stream := range []string{"stdout", "stderr"} {
+		pumps.Add(1)
+		go func() {
+			defer pumps.Done()
+			if err := c.pump(ctx, r, stream); err != nil {
+				c.m.log.Warn("output stream ended with error", "id", c.rec.ID[:12], "stream", stream, "err", err)
+			}
+		}()
+	}
+	status, waitErr := r.proc.Wait(ctx)
+	pumps.Wait()
+	if err := c.log.Flush(); err != nil {
+		c.m.log.Error("flush log", "id", c.rec.ID[:12], "err", err)
+	}
+	c.hub.ended()
+	c.teardown(r)
+
+	c.mu.Lock()
+	code := status.Code
+	errMsg := ""
+	if waitErr != nil {
+		// The agent or the VM is gone: the process's fate is unknown.
+		code = 255
+		errMsg = waitErr.Error()
+		c.m.log.Error("lost the container's main process", "id", c.rec.ID[:12], "err", waitErr)
+	}
+	c.rec.State.Running = false
+	c.rec.State.Paused = false
+	c.rec.State.Status = container.StateExited
+	c.rec.State.ExitCode = code
+	c.rec.State.Error = errMsg
+	c.rec.State.Pid = 0
+	c.rec.State.FinishedAt = time.Now().UTC().Format(time.RFC3339Nano)
+	if err := c.save(); err != nil {
+		c.m.log.Error("persist exit", "id", c.rec.ID[:12], "err", err)
+	}
+	c.run = nil
+	c.notifyExit(code, errMsg)
+	close(r.exited)
+	autoRemove := c.rec.HostConfig.AutoRemove
+	c.mu.Unlock()
+	c.m.log.Info("container exited", "id", c.rec.ID[:12], "code", code)
+
+	if autoRemove {
+		if err := c.m.remove(context.Background(), c, RemoveOptions{RemoveVolumes: true}); err != nil {
+			c.m.log.Error("auto-remove", "id", c.rec.ID[:12], "err", err)
+		}
+	}
+}
+
+// pump copies one output stream of the main process to the log and to
+// every attached client.
+func (c *ctr) pump(ctx context.Context, r *run, stream string) error {
+	var (
+		rc  io.ReadCloser
+		err error
+	)
+	if stream == "stdout" {
+		rc, err = r.proc.Stdout(ctx)
+	} else {
+		rc, err = r.proc.Stderr(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w := io.MultiWriter(c.log.Writer(stream), c.hub.writer(stream))
+	_, err = io.Copy(w, rc)
+	return err
+}
+
+// teardown shuts the guest down cleanly (so the upper disk is consistent)
+// and makes sure the VMM is gone.
+func (c *ctr) teardown(r *run) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r.stdin != nil {
+		_ = r.stdin.Close()
+	}
+	if err := r.client.Shutdown(ctx); err != nil {
+		c.m.log.Warn("guest shutdown", "id", c.rec.ID[:12], "err", err)
+	}
+	_ = r.client.Close()
+	exitCtx, cancelExit := context.WithTimeout(ctx, 5*time.Second)
+	if err := r.machine.Wait(exitCtx); err != nil {
+		_ = r.machine.Kill()
+		_ = r.machine.Wait(ctx)
+	}
+	cancelExit()
+	if err := r.machine.Cleanup(); err != nil {
+		c.m.log.Warn("vm cleanup", "id", c.rec.ID[:12], "err", err)
+	}
+}
+
+// recordStartFailure marks a container whose start failed as exited, with
+// the exit code dockerd gives such failures. Callers hold c.mu.
+func (c *ctr) recordStartFailure(err error) {
+	code := 128
+	var ae *host.AgentError
+	if errors.As(err, &ae) {
+		switch ae.Kind {
+		case proto.KindNotFound:
+			code = 127
+		case proto.KindPermission:
+			code = 126
+		}
+	}
+	c.rec.State.Status = container.StateExited
+	if c.rec.State.StartedAt == zeroTime {
+		c.rec.State.Status = container.StateCreated
+	}
+	c.rec.State.Running = false
+	c.rec.State.ExitCode = code
+	c.rec.State.Error = err.Error()
+	if e := c.save(); e != nil {
+		c.m.log.Error("persist start failure", "id", c.rec.ID[:12], "err", e)
+	}
+	c.notifyExit(code, err.Error())
+}
+
+// startError words a failed start as dockerd does, so the CLI picks the
+// same exit status (127 for a missing executable, 126 when it can't run).
+func startError(err error) error {
+	var ae *host.AgentError
+	if errors.As(err, &ae) {
+		msg := "failed to create task for container: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: " + ae.Message + ": unknown"
+		switch ae.Kind {
+		case proto.KindNotFound, proto.KindPermission:
+			return errdefs.ErrInvalidArgument.WithMessage(msg)
+		case proto.KindUser:
+			return errdefs.ErrInvalidArgument.WithMessage(ae.Message)
+		}
+		return fmt.Errorf("%s", msg)
+	}
+	return err
+}
+
+// Stop signals the main process and kills it after the timeout.
+func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	r := c.run
+	running := c.rec.State.Running
+	stopSignal := c.rec.Config.StopSignal
+	secs := 10
+	if c.rec.Config.StopTimeout != nil {
+		secs = *c.rec.Config.StopTimeout
+	}
+	c.mu.Unlock()
+	if r == nil || !running {
+		return errdefs.ErrNotModified.WithMessage("Container " + ref + " is already stopped")
+	}
+	if timeout != nil {
+		secs = *timeout
+	}
+	if signal == "" {
+		signal = stopSignal
+	}
+	sig, err := parseSignal(signal, syscall.SIGTERM)
+	if err != nil {
+		return err
+	}
+	if err := r.proc.Signal(ctx, sig); err != nil {
+		m.log.Warn("stop signal failed; killing", "id", c.rec.ID[:12], "err", err)
+	} else if secs != 0 {
+		var grace <-chan time.Time
+		if secs > 0 {
+			t := time.NewTimer(time.Duration(secs) * time.Second)
+			defer t.Stop()
+			grace = t.C
+		}
+		select {
+		case <-r.exited:
+			return nil
+		case <-grace:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.kill(ctx, r, syscall.SIGKILL, true)
+}
+
+// kill sends sig; for SIGKILL it waits for the exit, and takes the VM down
+// if the agent cannot deliver it.
+func (c *ctr) kill(ctx context.Context, r *run, sig syscall.Signal, wait bool) error {
+	if err := r.proc.Signal(ctx, sig); err != nil {
+		if sig != syscall.SIGKILL {
+			return fmt.Errorf("signal %s: %w", c.rec.ID[:12], err)
+		}
+		c.m.log.Warn("agent could not deliver SIGKILL; killing the VM", "id", c.rec.ID[:12], "err", err)
+		_ = r.machine.Kill()
+	}
+	if !wait {
+		return nil
+	}
+	select {
+	case <-r.exited:
+		return nil
+	case <-time.After(30 * time.Second):
+		// The agent acknowledged but the exit never came back.
+		_ = r.machine.Kill()
+		<-r.exited
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Kill sends a signal (SIGKILL by default) to the main process.
+func (m *Manager) Kill(ctx context.Context, ref, signal string) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	sig, err := parseSignal(signal, syscall.SIGKILL)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	r := c.run
+	running := c.rec.State.Running
+	c.mu.Unlock()
+	if r == nil || !running {
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: Container %s is not running", ref, c.rec.ID))
+	}
+	return c.kill(ctx, r, sig, sig == syscall.SIGKILL)
+}
+
+// Wait registers a wait for cond and returns a channel that yields once.
+func (m *Manager) Wait(ctx context.Context, ref string, cond container.WaitCondition) (<-chan container.WaitResponse, error) {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan container.WaitResponse, 1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch cond {
+	case "", container.WaitConditionNotRunning:
+		if c.run == nil {
+			ch <- waitResponse(c.rec.State.ExitCode, "")
+			return ch, nil
+		}
+		cond = container.WaitConditionNotRunning
+	case container.WaitConditionNextExit, container.WaitConditionRemoved:
+	default:
+		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid condition: %q", cond))
+	}
+	c.waiters = append(c.waiters, waiter{cond: cond, ch: ch})
+	return ch, nil
+}
+
+func waitResponse(code int, errMsg string) container.WaitResponse {
+	resp := container.WaitResponse{StatusCode: int64(code)}
+	if errMsg != "" {
+		resp.Error = &container.WaitExitError{Message: errMsg}
+	}
+	return resp
+}
+
+// notifyExit answers every waiter but those waiting for removal. Callers
+// hold c.mu.
+func (c *ctr) notifyExit(code int, errMsg string) {
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.cond == container.WaitConditionRemoved {
+			kept = append(kept, w)
+			continue
+		}
+		w.ch <- waitResponse(code, errMsg)
+	}
+	c.waiters = kept
+}
+
+// Remove deletes a container; a running one only with Force.
+func (m *Manager) Remove(ctx context.Context, ref string, opts RemoveOptions) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	return m.remove(ctx, c, opts)
+}
+
+func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error {
+	c.mu.Lock()
+	r := c.run
+	if c.removed {
+		c.mu.Unlock()
+		return nil
+	}
+	if r != nil && !opts.Force {
+		c.mu.Unlock()
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("You cannot remove a running container %s. Stop the container before attempting removal or force remove", c.rec.ID))
+	}
+	c.mu.Unlock()
+	if r != nil {
+		if err := c.kill(ctx, r, syscall.SIGKILL, true); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed {
+		return nil
+	}
+	if c.run != nil {
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("container %s was restarted during removal", c.rec.ID))
+	}
+	c.removed = true
+	_ = c.log.Close()
+	// The record goes first: a crash mid-way leaves a directory without a
+	// record, which New cleans up, never a record without its disks.
+	if err := os.Remove(filepath.Join(c.dir, recordFile)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("remove container %s: %w", c.rec.ID, err)
+	}
+	if err := os.RemoveAll(c.dir); err != nil {
+		m.log.Warn("remove container dir", "dir", c.dir, "err", err)
+	}
+	m.mu.Lock()
+	delete(m.byID, c.rec.ID)
+	if m.byName[c.rec.Name] == c {
+		delete(m.byName, c.rec.Name)
+	}
+	m.mu.Unlock()
+	for _, w := range c.waiters {
+		w.ch <- waitResponse(c.rec.State.ExitCode, "")
+	}
+	c.waiters = nil
+	m.log.Info("container removed", "id", c.rec.ID[:12])
+	return nil
+}
+
+// Restore brings back containers that were running when the daemon went
+// away: their VMMs survive it, so the runtime reattaches to the VMM and
+// opens a new agent session; a container whose VM is gone is marked exited.
+func (m *Manager) Restore(ctx context.Context) {
+	m.mu.Lock()
+	var all []*ctr
+	for _, c := range m.byID {
+		all = append(all, c)
+	}
+	m.mu.Unlock()
+	for _, c := range all {
+		c.mu.Lock()
+		if c.rec.State.Running {
+			if err := c.reattach(ctx); err != nil {
+				m.log.Warn("container did not survive the daemon restart", "id", c.rec.ID[:12], "err", err)
+				c.rec.State = container.State{Status: container.StateExited, ExitCode: 255,
+					StartedAt: c.rec.State.StartedAt, FinishedAt: time.Now().UTC().Format(time.RFC3339Nano),
+					Error: "the VM did not survive the daemon restart"}
+				if err := c.save(); err != nil {
+					m.log.Error("persist restored state", "id", c.rec.ID[:12], "err", err)
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+// reattach is Restore for one container. Callers hold c.mu.
+func (c *ctr) reattach(ctx context.Context) error {
+	if c.rec.VMDir == "" {
+		return errors.New("no VM recorded")
+	}
+	machine, err := c.m.guest.Driver.Reattach(ctx, c.rec.VMDir)
+	if err != nil {
+		return fmt.Errorf("reattach VMM: %w", err)
+	}
+	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	client, err := connectAgent(readyCtx, machine)
+	if err != nil {
+		_ = machine.Kill()
+		_ = machine.Cleanup()
+		return err
+	}
+	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}
+	if c.rec.Config.OpenStdin {
+		if r.stdin, err = r.proc.Stdin(ctx); err != nil {
+			c.m.log.Warn("reopen stdin", "id", c.rec.ID[:12], "err", err)
+		}
+	}
+	c.run = r
+	c.hub.started(r.stdin)
+	go c.monitor(r)
+	c.m.log.Info("container reattached", "id", c.rec.ID[:12])
+	return nil
+}
+
+// Shutdown stops every running container, as dockerd does on SIGTERM
+// without live-restore.
+func (m *Manager) Shutdown(ctx context.Context) {
+	m.mu.Lock()
+	var running []*ctr
+	for _, c := range m.byID {
+		if c != nil {
+			running = append(running, c)
+		}
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range running {
+		c.mu.Lock()
+		active := c.run != nil
+		c.mu.Unlock()
+		if !active {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.Stop(ctx, c.rec.ID, "", nil); err != nil && !errdefs.IsNotModified(err) {
+				m.log.Warn("stop on shutdown", "id", c.rec.ID[:12], "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func parseSignal(s string, def syscall.Signal) (syscall.Signal, error) {
+	if s == "" {
+		return def, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, errdefs.ErrInvalidArgument.WithMessage("Invalid signal: " + s)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	if sig, ok := signals[name]; ok {
+		return sig, nil
+	}
+	return 0, errdefs.ErrInvalidArgument.WithMessage("Invalid signal: " + s)
+}
+
+var signals = map[string]syscall.Signal{
+	"ABRT": syscall.SIGABRT, "ALRM": syscall.SIGALRM, "BUS": syscall.SIGBUS, "CHLD": syscall.SIGCHLD,
+	"CONT": syscall.SIGCONT, "FPE": syscall.SIGFPE, "HUP": syscall.SIGHUP, "ILL": syscall.SIGILL,
+	"INT": syscall.SIGINT, "IO": syscall.SIGIO, "KILL": syscall.SIGKILL, "PIPE": syscall.SIGPIPE,
+	"PROF": syscall.SIGPROF, "PWR": syscall.SIGPWR, "QUIT": syscall.SIGQUIT, "SEGV": syscall.SIGSEGV,
+	"STOP": syscall.SIGSTOP, "SYS": syscall.SIGSYS, "TERM": syscall.SIGTERM, "TRAP": syscall.SIGTRAP,
+	"TSTP": syscall.SIGTSTP, "TTIN": syscall.SIGTTIN, "TTOU": syscall.SIGTTOU, "URG": syscall.SIGURG,
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "VTALRM": syscall.SIGVTALRM, "WINCH": syscall.SIGWINCH,
+	"XCPU": syscall.SIGXCPU, "XFSZ": syscall.SIGXFSZ,
+}
+
+func memoryMiB(hc *container.HostConfig, def int) int {
+	if hc != nil && hc.Memory > 0 {
+		mib := int(hc.Memory >> 20)
+		if mib < 64 {
+			mib = 64
+		}
+		return mib
+	}
+	return def
+}
+
+func cpus(hc *container.HostConfig, def int) int {
+	if hc != nil && hc.NanoCPUs > 0 {
+		n := int((hc.NanoCPUs + 999_999_999) / 1_000_000_000)
+		return n
+	}
+	return def
+}
+
+// processEnv is the main process's environment, as dockerd builds it.
+func processEnv(cfg *container.Config) []string {
+	env := []string{"HOSTNAME=" + cfg.Hostname}
+	if cfg.Tty {
+		env = append(env, "TERM=xterm")
+	}
+	env = mergeEnv(env, cfg.Env)
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			return env
+		}
+	}
+	return append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
+}
+
+func hostsFile(hostname string) string {
+	return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n127.0.1.1\t" + hostname + "\n"
+}

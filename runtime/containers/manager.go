@@ -1,0 +1,477 @@
+// Package containers is the container lifecycle: create, start, stop, kill,
+// wait, attach, logs and removal of containers that each run as one VM, with
+// their records persisted so they survive a daemon restart. It drives a VMM
+// driver and the guest agent; it knows Docker's container model (that is what
+// it serves) but nothing of HTTP.
+package containers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/renameio/v2"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+
+	"github.com/husk-vm/husk/rootfs"
+	"github.com/husk-vm/husk/runtime/logs"
+	"github.com/husk-vm/husk/runtime/vmm"
+)
+
+// Image is what the runtime needs to know of an image.
+type Image struct {
+	ID     string // "sha256:<hex>"
+	Config v1.Config
+}
+
+// Images resolves references to images and opens their layers.
+type Images interface {
+	Resolve(ctx context.Context, ref string) (Image, error)
+	Layers(ctx context.Context, imageID string) ([]rootfs.LayerOpener, error)
+}
+
+// Disks makes the per-image base and per-container upper disks.
+type Disks interface {
+	EnsureBase(ctx context.Context, imageID string, layers []rootfs.LayerOpener) (string, error)
+	NewUpper(ctx context.Context, path string, size int64) error
+}
+
+// Guest is how a VM is made for a container.
+type Guest struct {
+	Driver    vmm.Driver
+	Kernel    string
+	Initramfs string
+	Accel     string
+	MemoryMiB int
+	CPUs      int
+	// UpperSize is the apparent size of each container's writable disk.
+	UpperSize int64
+	// ReadyTimeout bounds boot to agent-ready.
+	ReadyTimeout time.Duration
+}
+
+// Options configure a Manager.
+type Options struct {
+	Root   string // e.g. /var/lib/husk/containers
+	Images Images
+	Disks  Disks
+	Guest  Guest
+	Logger *slog.Logger
+}
+
+// Manager owns every container.
+type Manager struct {
+	root   string
+	images Images
+	disks  Disks
+	guest  Guest
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	byID   map[string]*ctr
+	byName map[string]*ctr // name without the leading "/"
+}
+
+// Record is a container as persisted.
+type Record struct {
+	ID         string
+	Name       string
+	Created    time.Time
+	Image      string // as the user named it
+	ImageID    string
+	Config     *container.Config
+	HostConfig *container.HostConfig
+	Path       string
+	Args       []string
+	State      container.State
+	// VMDir is where the VMM keeps its sockets while the container runs.
+	VMDir string
+}
+
+const recordFile = "config.json"
+
+// New loads every container record under opts.Root.
+func New(ctx context.Context, opts Options) (*Manager, error) {
+	if err := os.MkdirAll(opts.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("create container root: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, log: log,
+		byID: map[string]*ctr{}, byName: map[string]*ctr{}}
+	entries, err := os.ReadDir(opts.Root)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(opts.Root, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, recordFile))
+		if err != nil {
+			// A directory without a record is a create that never finished.
+			log.Warn("removing incomplete container", "dir", dir, "err", err)
+			_ = os.RemoveAll(dir)
+			continue
+		}
+		var rec Record
+		if err := json.Unmarshal(b, &rec); err != nil {
+			log.Error("skipping unreadable container record", "dir", dir, "err", err)
+			continue
+		}
+		c, err := m.newCtr(dir, rec)
+		if err != nil {
+			return nil, err
+		}
+		m.byID[rec.ID] = c
+		m.byName[rec.Name] = c
+	}
+	return m, nil
+}
+
+func (m *Manager) newCtr(dir string, rec Record) (*ctr, error) {
+	lf, err := logs.Open(filepath.Join(dir, rec.ID+"-json.log"))
+	if err != nil {
+		return nil, err
+	}
+	return &ctr{m: m, dir: dir, rec: rec, log: lf, hub: newHub()}, nil
+}
+
+// InUse lists the containers that use imageID (for image removal).
+func (m *Manager) InUse(imageID string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, c := range m.byID {
+		c.mu.Lock()
+		if c.rec.ImageID == imageID {
+			ids = append(ids, id)
+		}
+		c.mu.Unlock()
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// lookup resolves a full ID, a name (with or without "/") or an ID prefix,
+// in that order, as dockerd does.
+func (m *Manager) lookup(ref string) (*ctr, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ref == "" {
+		return nil, errdefs.ErrNotFound.WithMessage("No such container: ")
+	}
+	if c, ok := m.byID[ref]; ok {
+		return c, nil
+	}
+	if c, ok := m.byName[strings.TrimPrefix(ref, "/")]; ok {
+		return c, nil
+	}
+	var found *ctr
+	for id, c := range m.byID {
+		if strings.HasPrefix(id, ref) {
+			if found != nil {
+				return nil, errdefs.ErrInvalidArgument.WithMessage("Multiple IDs found with provided prefix: " + ref)
+			}
+			found = c
+		}
+	}
+	if found == nil {
+		return nil, errdefs.ErrNotFound.WithMessage("No such container: " + ref)
+	}
+	return found, nil
+}
+
+var validName = regexp.MustCompile(`^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+
+// Create makes a container: its record, its upper disk, and (once per image)
+// the image's base disk.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container.CreateResponse, err error) {
+	if req.Config == nil {
+		return resp, errdefs.ErrInvalidArgument.WithMessage("config cannot be empty in order to create a container")
+	}
+	if req.Platform != "" && req.Platform != "linux" && req.Platform != "linux/amd64" {
+		return resp, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("image with reference %s was found but does not match the specified platform: wanted %s, actual: linux/amd64", req.Config.Image, req.Platform))
+	}
+	hc := req.HostConfig
+	if hc == nil {
+		hc = &container.HostConfig{}
+	}
+	if hc.NetworkMode == "" {
+		hc.NetworkMode = "default"
+	}
+	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
+		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
+	}
+	name := strings.TrimPrefix(req.Name, "/")
+	if req.Name != "" && !validName.MatchString(req.Name) {
+		return resp, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid container name (%s), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed", req.Name))
+	}
+
+	img, err := m.images.Resolve(ctx, req.Config.Image)
+	if err != nil {
+		return resp, err
+	}
+	cfg := mergeImageConfig(req.Config, img.Config)
+	if len(cfg.Entrypoint) == 0 && len(cfg.Cmd) == 0 {
+		return resp, errdefs.ErrInvalidArgument.WithMessage("no command specified")
+	}
+
+	id, err := newID()
+	if err != nil {
+		return resp, err
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = id[:12]
+	}
+	if err := m.reserveName(&name, id); err != nil {
+		return resp, err
+	}
+	defer func() {
+		if err != nil {
+			m.releaseName(name, id)
+		}
+	}()
+
+	dir := filepath.Join(m.root, id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return resp, fmt.Errorf("create container dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	layers, err := m.images.Layers(ctx, img.ID)
+	if err != nil {
+		return resp, fmt.Errorf("open layers of %s: %w", img.ID, err)
+	}
+	if _, err := m.disks.EnsureBase(ctx, img.ID, layers); err != nil {
+		return resp, fmt.Errorf("build base disk for %s: %w", img.ID, err)
+	}
+	if err := m.disks.NewUpper(ctx, filepath.Join(dir, upperFile), m.guest.UpperSize); err != nil {
+		return resp, fmt.Errorf("create upper disk: %w", err)
+	}
+	path, args := entrypointAndArgs(cfg)
+	rec := Record{
+		ID: id, Name: name, Created: time.Now().UTC(), Image: req.Config.Image, ImageID: img.ID,
+		Config: cfg, HostConfig: hc, Path: path, Args: args,
+		State: container.State{Status: container.StateCreated, StartedAt: zeroTime, FinishedAt: zeroTime},
+	}
+	c, err := m.newCtr(dir, rec)
+	if err != nil {
+		return resp, err
+	}
+	if err := c.save(); err != nil {
+		_ = c.log.Close()
+		return resp, err
+	}
+	m.mu.Lock()
+	m.byID[id] = c
+	m.byName[name] = c
+	m.mu.Unlock()
+	m.log.Info("container created", "id", id[:12], "name", name, "image", img.ID)
+	return container.CreateResponse{ID: id, Warnings: []string{}}, nil
+}
+
+const (
+	upperFile = "upper.ext4"
+	// zeroTime is how dockerd shows a time that has not happened.
+	zeroTime = "0001-01-01T00:00:00Z"
+)
+
+// reserveName claims name for id, generating one when empty.
+func (m *Manager) reserveName(name *string, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if *name == "" {
+		for i := 0; ; i++ {
+			candidate := generateName(i)
+			if _, taken := m.byName[candidate]; !taken {
+				*name = candidate
+				break
+			}
+		}
+	}
+	if other, taken := m.byName[*name]; taken {
+		otherID := id
+		if other != nil {
+			otherID = other.rec.ID
+		}
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Conflict. The container name \"/%s\" is already in use by container \"%s\". You have to remove (or rename) that container to be able to reuse that name.", *name, otherID))
+	}
+	// A nil entry holds the name while the create is under way.
+	m.byName[*name] = nil
+	return nil
+}
+
+func (m *Manager) releaseName(name, id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.byName[name]; ok && (c == nil || c.rec.ID == id) {
+		delete(m.byName, name)
+	}
+}
+
+func newID() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate container id: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// mergeImageConfig applies the image's config under the user's, as dockerd's
+// mergeAndVerifyConfig does.
+func mergeImageConfig(user *container.Config, img v1.Config) *container.Config {
+	cfg := *user
+	if cfg.User == "" {
+		cfg.User = img.User
+	}
+	if len(cfg.ExposedPorts) == 0 && len(img.ExposedPorts) > 0 {
+		cfg.ExposedPorts = network.PortSet{}
+	}
+	for p := range img.ExposedPorts {
+		if port, err := network.ParsePort(p); err == nil {
+			if _, ok := cfg.ExposedPorts[port]; !ok {
+				cfg.ExposedPorts[port] = struct{}{}
+			}
+		}
+	}
+	cfg.Env = mergeEnv(img.Env, user.Env)
+	if len(img.Labels) > 0 {
+		labels := map[string]string{}
+		for k, v := range img.Labels {
+			labels[k] = v
+		}
+		for k, v := range user.Labels {
+			labels[k] = v
+		}
+		cfg.Labels = labels
+	}
+	if len(cfg.Entrypoint) == 0 {
+		if len(cfg.Cmd) == 0 {
+			cfg.Cmd = img.Cmd
+		}
+		if cfg.Entrypoint == nil {
+			cfg.Entrypoint = img.Entrypoint
+		}
+	}
+	// `--entrypoint ""` arrives as [""]: it clears the image's entrypoint.
+	if len(cfg.Entrypoint) == 1 && cfg.Entrypoint[0] == "" {
+		cfg.Entrypoint = nil
+	}
+	if cfg.WorkingDir == "" {
+		cfg.WorkingDir = img.WorkingDir
+	}
+	if len(cfg.Volumes) == 0 && len(img.Volumes) > 0 {
+		cfg.Volumes = map[string]struct{}{}
+		for v := range img.Volumes {
+			cfg.Volumes[v] = struct{}{}
+		}
+	}
+	if cfg.StopSignal == "" {
+		cfg.StopSignal = img.StopSignal
+	}
+	if cfg.Healthcheck == nil && img.Healthcheck != nil {
+		cfg.Healthcheck = &container.HealthConfig{
+			Test: img.Healthcheck.Test, Interval: img.Healthcheck.Interval, Timeout: img.Healthcheck.Timeout,
+			StartPeriod: img.Healthcheck.StartPeriod, Retries: img.Healthcheck.Retries,
+		}
+	}
+	if len(cfg.Shell) == 0 {
+		cfg.Shell = img.Shell
+	}
+	if len(cfg.OnBuild) == 0 {
+		cfg.OnBuild = img.OnBuild
+	}
+	return &cfg
+}
+
+// mergeEnv overlays user's KEY=VALUE entries on the image's, keeping order.
+func mergeEnv(image, user []string) []string {
+	out := append([]string(nil), image...)
+	index := map[string]int{}
+	for i, kv := range out {
+		k, _, _ := strings.Cut(kv, "=")
+		index[k] = i
+	}
+	for _, kv := range user {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[k]; ok {
+			out[i] = kv
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func entrypointAndArgs(cfg *container.Config) (string, []string) {
+	argv := append(append([]string(nil), cfg.Entrypoint...), cfg.Cmd...)
+	if len(argv) == 0 {
+		return "", []string{}
+	}
+	return argv[0], append([]string{}, argv[1:]...)
+}
+
+// save persists the record atomically. Callers hold c.mu (or own c alone).
+func (c *ctr) save() error {
+	b, err := json.MarshalIndent(c.rec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode container %s: %w", c.rec.ID, err)
+	}
+	if err := renameio.WriteFile(filepath.Join(c.dir, recordFile), b, 0o600); err != nil {
+		return fmt.Errorf("save container %s: %w", c.rec.ID, err)
+	}
+	return syncDir(c.dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Counts is the number of running, paused and stopped containers.
+func (m *Manager) Counts() (running, paused, stopped int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.byID {
+		c.mu.Lock()
+		switch {
+		case c.rec.State.Paused:
+			paused++
+		case c.rec.State.Running:
+			running++
+		default:
+			stopped++
+		}
+		c.mu.Unlock()
+	}
+	return running, paused, stopped
+}
