@@ -148,7 +148,7 @@ func (s *server) killContainer(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 	name := vars["name"]
 	if err := s.cfg.Containers.Kill(ctx, name, r.Form.Get("signal")); err != nil {
-		return fmt.Errorf("cannot kill container: %s: %w", name, err)
+		return fmt.Errorf("Cannot kill container: %s: %w", name, err) // dockerd 20.10's wording
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -150,7 +150,7 @@ func TestRequests(t *testing.T) {
 		{name: "restart missing", method: "POST", path: "/containers/x/restart", status: 404,
 			wantBody: jsonError("Cannot restart container x: No such container: x")},
 		{name: "kill not running", method: "POST", path: "/containers/web/kill", status: 409,
-			bodyPrefix: `{"message":"cannot kill container: web: container 0000`},
+			bodyPrefix: `{"message":"Cannot kill container: web: container 0000`},
 		{name: "wait bad condition", method: "POST", path: "/containers/web/wait?condition=bogus", status: 400,
 			wantBody: jsonError(`invalid condition: "bogus"`)},
 		{name: "wait not running", method: "POST", path: "/containers/web/wait", status: 200, contentType: "application/json",

@@ -3,6 +3,7 @@ package containers
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -194,7 +195,7 @@ func (f filter) match(rec Record) bool {
 		return false
 	}
 	return any("id", func(v string) bool { return strings.HasPrefix(rec.ID, v) }) &&
-		any("name", func(v string) bool { return strings.Contains(rec.Name, strings.TrimPrefix(v, "/")) }) &&
+		any("name", func(v string) bool { return matchName(v, rec.Name) }) &&
 		any("status", func(v string) bool { return string(rec.State.Status) == v }) &&
 		any("exited", func(v string) bool {
 			n, _ := strconv.Atoi(v)
@@ -216,4 +217,14 @@ func allLabels(want []string, have map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// matchName applies a name filter: a regular expression, as dockerd's, over
+// the name with or without its leading "/".
+func matchName(pattern, name string) bool {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return strings.Contains(name, strings.TrimPrefix(pattern, "/"))
+	}
+	return re.MatchString(name) || re.MatchString("/"+name)
 }

@@ -66,6 +66,25 @@ func (m *Manager) Start(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
+	err = c.start(ctx, ref)
+	if err != nil && !errdefs.IsNotModified(err) && !errdefs.IsConflict(err) && c.autoRemove() {
+		// As dockerd: a --rm container whose start failed is removed, and
+		// the CLI waits for that (wait condition "removed").
+		if rmErr := m.remove(context.WithoutCancel(ctx), c, RemoveOptions{Force: true}); rmErr != nil {
+			m.log.Error("auto-remove after failed start", "id", c.rec.ID[:12], "err", rmErr)
+		}
+	}
+	return err
+}
+
+func (c *ctr) autoRemove() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rec.HostConfig.AutoRemove
+}
+
+func (c *ctr) start(ctx context.Context, ref string) error {
+	m := c.m
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.removed {
@@ -436,7 +455,8 @@ func (m *Manager) Kill(ctx context.Context, ref, signal string) error {
 	running := c.rec.State.Running
 	c.mu.Unlock()
 	if r == nil || !running {
-		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot kill container: %s: Container %s is not running", ref, c.rec.ID))
+		// The API layer prefixes "Cannot kill container: <ref>: ".
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not running", c.rec.ID))
 	}
 	return c.kill(ctx, r, sig, sig == syscall.SIGKILL)
 }
