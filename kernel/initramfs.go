@@ -30,11 +30,11 @@ const (
 )
 
 // The initramfs is stored uncompressed. Measured under QEMU TCG on the
-// project's machine with the Debian 6.1 cloud kernel and a ~4 MB agent,
-// the kernel's in-guest gunzip (running emulated) costs more than
-// QEMU's fw_cfg DMA copy of the bigger file from the host page cache; see
-// runtime/vmm/qemu's boot test log for the numbers. An uncompressed cpio
-// is also cheaper to build, which matters when the agent changes.
+// project's 2-core machine (Debian 6.1 cloud kernel, a 2.7 MB Go init plus
+// the modules: 4.0 MB plain, 2.0 MB gzipped), boot to the init answering
+// took a median 2.15 s plain against 2.27 s gzipped: the kernel's in-guest
+// gunzip runs emulated and costs more than QEMU copying twice the bytes
+// from the host page cache. A plain cpio is also cheaper to build.
 const compressInitramfs = false
 
 // cacheFormat is bumped whenever the archive layout changes, so stale

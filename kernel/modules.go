@@ -24,12 +24,14 @@ type wantedModule struct {
 }
 
 // guestModules is what the agent needs: virtio-pci for every device on
-// QEMU's pc machine, the block disks, the virtio-serial agent port, the
+// QEMU's pc machine and cloud-hypervisor, virtio-mmio for QEMU's microvm
+// machine, the block disks, the virtio-serial agent port, the
 // network, overlayfs for base+upper, vsock for cloud-hypervisor's agent
 // channel, and virtio-rng so early getrandom() does not block.
 func guestModules() []wantedModule {
 	return []wantedModule{
 		{name: "virtio_pci"},
+		{name: "virtio_mmio", optional: true},
 		{name: "virtio_blk"},
 		{name: "virtio_console"},
 		{name: "virtio_net"},
