@@ -99,11 +99,17 @@ func processGone(pid int) bool {
 	return os.IsNotExist(err)
 }
 
-// TestBootAndReattach boots one VM through the driver with two disks,
-// talks to its init over the agent port, reattaches to it from a second
-// driver, and kills it from there.
+// TestBootAndReattach boots one VM per machine type through the driver
+// with two disks, talks to its init over the agent port, reattaches to it
+// from a second driver, and kills it from there.
 func TestBootAndReattach(t *testing.T) {
 	env := needBoot(t)
+	for _, machine := range []string{MachineMicroVM, MachinePC} {
+		t.Run(machine, func(t *testing.T) { testBootAndReattach(t, env, machine) })
+	}
+}
+
+func testBootAndReattach(t *testing.T, env bootEnv, machine string) {
 	// A safety net so a broken guest cannot hang the test run; no
 	// assertion depends on it.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -123,7 +129,7 @@ func TestBootAndReattach(t *testing.T) {
 			{Path: disk(t, dir, "upper.img"), Serial: "husk-upper"},
 		},
 	}
-	drv := New(Options{Binary: env.qemu})
+	drv := New(Options{Binary: env.qemu, Machine: machine})
 	start := time.Now()
 	m, err := drv.Start(ctx, cfg)
 	if err != nil {
@@ -150,7 +156,7 @@ func TestBootAndReattach(t *testing.T) {
 	if want := "ready vda=husk-base:ro vdb=husk-upper:rw"; reply != want {
 		t.Fatalf("guest said %q, want %q\nconsole:\n%s", reply, want, readFile(dir, consoleLog))
 	}
-	t.Logf("driver: QEMU up (query-status running) after %v, guest ready after %v", started, ready)
+	t.Logf("%s: QEMU up (query-status running) after %v, guest ready after %v", machine, started, ready)
 	if r, err := exchange(ctx, c, "ping"); err != nil || r != "pong" {
 		t.Fatalf("ping: %q, %v", r, err)
 	}

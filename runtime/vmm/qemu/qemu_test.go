@@ -44,7 +44,7 @@ func TestQEMUArgs(t *testing.T) {
 			{Path: "/sandboxes/upper.ext4", Serial: "upper"},
 		},
 	}
-	args, err := qemuArgs(cfg)
+	args, err := qemuArgs(MachinePC, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +94,22 @@ func TestQEMUArgs(t *testing.T) {
 		}
 	}
 
+	args, err = qemuArgs(MachineMicroVM, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := argAfter(args, "-M"); !slices.Equal(got, []string{"microvm"}) {
+		t.Errorf("-M = %q, want microvm", got)
+	}
+	devices = argAfter(args, "-device")
+	for _, want := range []string{"virtio-blk-device,drive=disk0,serial=base", "virtio-serial-device,id=vserial"} {
+		if !slices.Contains(devices, want) {
+			t.Errorf("microvm: no -device %s in %q", want, devices)
+		}
+	}
+
 	cfg.Accel = "kvm"
-	args, err = qemuArgs(cfg)
+	args, err = qemuArgs(MachinePC, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,17 +60,27 @@ func run() error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "testinit: port %s open\n", port)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	// A read returns 0 (EOF) while no host is connected to the port, for
+	// example between two DialAgent calls; the port itself stays usable,
+	// so wait a little and read again.
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadString('\n')
+		if err == io.EOF && line == "" {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil && err != io.EOF {
+			return fmt.Errorf("read port: %w", err)
+		}
 		reply := "pong"
-		if sc.Text() != "ping" {
+		if strings.TrimSpace(line) != "ping" {
 			reply = "ready" + disks()
 		}
 		if _, err := fmt.Fprintln(f, reply); err != nil {
 			return err
 		}
 	}
-	return fmt.Errorf("port closed: %v", sc.Err())
 }
 
 func findPort(name string) (string, error) {
