@@ -12,7 +12,7 @@ RUN_PKGS  := qemu-system-x86 linux-image-cloud-amd64 e2fsprogs iproute2
 TEST_PKGS := $(RUN_PKGS) docker-registry busybox-static
 HUSKD_FLAGS ?=
 
-.PHONY: all build deps-run deps-test run test unit e2e lint clean
+.PHONY: all build deps-run deps-test run test unit e2e bench lint clean
 
 all: build
 
@@ -56,6 +56,10 @@ unit:
 # inside a network namespace the suite creates.
 e2e:
 	HUSK_E2E=1 HUSK_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -timeout 40m ./e2e/...
+
+# bench reports medians of side-by-side runs; it never fails on time.
+bench: deps-test build
+	HUSK_E2E=1 HUSK_E2E_BENCH=1 HUSK_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -timeout 60m -run 'TestBench' ./e2e/ | grep -E 'median|_over_|^(ok|FAIL|---)'
 
 clean:
 	rm -rf $(BIN)
