@@ -311,11 +311,12 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		if err := s.respond(proto.Response{Pid: p.pid}); err != nil {
 			return nil
 		}
-		// The host detaches by closing its side; stop sending at once so
-		// the rest stays here for the next attachment.
+		// The host detaches by closing its side, or its session ends; stop
+		// sending at once so the rest stays here for the next attachment.
 		go func() {
 			_, _ = io.Copy(io.Discard, s.r)
 			s.Close()
+			out.detach(s)
 		}()
 		if err := out.sendTo(s); err != nil {
 			a.log.Debug("output attachment ended", "id", p.id, "op", req.Op, "err", err)

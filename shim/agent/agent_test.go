@@ -580,3 +580,42 @@ func TestExecInRunningContainer(t *testing.T) {
 		t.Errorf("main: %+v %v", exit, err)
 	}
 }
+
+// A session whose host vanishes must end even while output attachments wait
+// for output that never comes (an idle stderr): otherwise the agent never
+// serves the next session, and a restarted daemon cannot reattach.
+func TestSessionWithIdleAttachmentsEnds(t *testing.T) {
+	f := newFixture(t)
+	hostEnd, agentEnd := net.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- f.agent.ServeConn(context.Background(), agentEnd) }()
+	c, err := host.New(hostEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup(t, c)
+	p, err := c.Start(ctx(t), "idle", proto.ProcessSpec{Args: []string{"sleep", "1000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, attach := range []func(context.Context) (io.ReadCloser, error){p.Stdout, p.Stderr} {
+		if _, err := attach(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The host dies: its end of the channel goes away without a goodbye.
+	hostEnd.Close()
+	select {
+	case <-done:
+	case <-ctx(t).Done():
+		t.Fatal("the session never ended after its host went away")
+	}
+	c2, end := f.connect(t)
+	defer end()
+	if err := c2.Process("idle").Signal(ctx(t), syscall.SIGKILL); err != nil {
+		t.Fatalf("signal through a new session: %v", err)
+	}
+	if st, err := c2.Process("idle").Wait(ctx(t)); err != nil || st.Code != 137 {
+		t.Fatalf("wait through a new session: %+v, %v", st, err)
+	}
+}

@@ -128,6 +128,20 @@ func (o *output) sendTo(w io.WriteCloser) error {
 	}
 }
 
+// detach ends the attachment writing to w, if it is still the current one:
+// its session is gone. Without this a sender waiting for output that never
+// comes (an idle stderr) would hold its session open forever.
+func (o *output) detach(w io.WriteCloser) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for g, c := range o.closers {
+		if c == w && o.sender == g {
+			o.sender = 0
+			o.cond.Broadcast()
+		}
+	}
+}
+
 // done reports whether the pipe was drained and everything was sent.
 func (o *output) done() bool {
 	o.mu.Lock()
