@@ -135,7 +135,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	c.rec.VMDir = vmDir
 	g := m.guest
 	machine, err := g.Driver.Start(ctx, vmm.Config{
-		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs,
+		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
 		MemoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), CPUs: cpus(c.rec.HostConfig, g.CPUs), Accel: g.Accel,
 		Disks: []vmm.Disk{
 			{Path: base, ReadOnly: true, Serial: baseSerial},
@@ -188,7 +188,10 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	return r, nil
 }
 
-// connectAgent dials the agent until it answers: the guest is booting.
+// connectAgent dials the agent until it answers: the guest is booting. One
+// connection gets the whole deadline (the session handshake repeats its
+// hello until the agent is up); only a broken one is dialled again, since a
+// per-attempt timeout would never be long enough on a loaded host.
 func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
 	var lastErr error
 	for {
@@ -215,9 +218,7 @@ func dialOnce(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
 		conn.Close()
 		return nil, err
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if _, err := client.Ping(pingCtx); err != nil {
+	if _, err := client.Ping(ctx); err != nil {
 		client.Close()
 		return nil, err
 	}
