@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/proto"
@@ -38,6 +39,18 @@ func main() {
 	select {}
 }
 
+// logLevel is debug when the kernel command line has husk.debug (huskd
+// --debug passes it), else info.
+func logLevel() slog.Level {
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	for _, f := range strings.Fields(string(cmdline)) {
+		if f == "husk.debug" {
+			return slog.LevelDebug
+		}
+	}
+	return slog.LevelInfo
+}
+
 func run(ctx context.Context, log *slog.Logger) error {
 	pid1 := os.Getpid() == 1
 	if pid1 {
@@ -46,7 +59,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		}
 		// /dev/console may only exist now that devtmpfs is mounted.
 		if c, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
-			log = slog.New(slog.NewTextHandler(c, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			log = slog.New(slog.NewTextHandler(c, &slog.HandlerOptions{Level: logLevel()}))
 		}
 	}
 	log.Info("husk-agent starting", "pid", os.Getpid())

@@ -82,6 +82,9 @@ func run(parent context.Context, cfg Config) error {
 		MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, UpperSize: cfg.UpperSize,
 		ReadyTimeout: 2 * time.Minute,
 	}
+	if cfg.Debug {
+		guest.Cmdline = "husk.debug"
+	}
 	choice, err := accel.Choose(ctx, accel.Options{
 		Requested: cfg.Accel, Kernel: k.Path, Initramfs: initramfs,
 		CacheFile: filepath.Join(cfg.Root, "accel.json"), Boot: guest.BootToReady,

@@ -62,6 +62,8 @@ type Guest struct {
 	UpperSize int64
 	// ReadyTimeout bounds boot to agent-ready.
 	ReadyTimeout time.Duration
+	// Cmdline is appended to every guest's kernel command line.
+	Cmdline string
 }
 
 // Options configure a Manager.
