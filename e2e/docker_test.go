@@ -141,6 +141,14 @@ func restartDaemon(t *testing.T) {
 	}
 }
 
+// crashDaemon kills the daemon under test with SIGKILL and starts it again.
+func crashDaemon(t *testing.T) {
+	t.Helper()
+	if err := control.do("crash"); err != nil {
+		t.Fatalf("crash %s: %v", suite.Kind, err)
+	}
+}
+
 // eventually polls check until it returns "" or commandTimeout passes; it
 // is for states a daemon reaches asynchronously (a detached container's
 // first output), and never measures how long that took.

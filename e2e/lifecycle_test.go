@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -242,4 +243,53 @@ func sortedLines(s string) string {
 	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 	slices.Sort(lines)
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// TestDaemonCrashKeepsContainerRunning is husk's deliberate difference from
+// dockerd without live-restore: a VMM does not die with the daemon, so after
+// `kill -9` of huskd the next huskd reattaches to the running VM through a
+// new agent session. The process keeps its state, output produced while no
+// daemon was there reaches the log, and stop and rm still work.
+func TestDaemonCrashKeepsContainerRunning(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != "huskd" {
+		t.Skip("dockerd without live-restore stops its containers after a crash")
+	}
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, img, "sh", "-c", "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.2; done")
+	eventually(t, "first output", func() string {
+		if strings.Contains(docker(t, "logs", name).Stdout, "line 3\n") {
+			return ""
+		}
+		return "no line 3 yet"
+	})
+
+	crashDaemon(t)
+
+	if got := mustDocker(t, "inspect", "-f", "{{.State.Status}}", name); got != "running\n" {
+		t.Fatalf("state after the daemon crash = %q, want running", got)
+	}
+	before := strings.Count(docker(t, "logs", name).Stdout, "\n")
+	eventually(t, "output after reattach", func() string {
+		if n := strings.Count(docker(t, "logs", name).Stdout, "\n"); n <= before+3 {
+			return fmt.Sprintf("%d lines, want more than %d", n, before+3)
+		}
+		return ""
+	})
+	// The counter lives in the shell's memory: it went on, with no line
+	// missing or repeated across the crash.
+	lines := strings.Split(strings.TrimSuffix(docker(t, "logs", name).Stdout, "\n"), "\n")
+	for i, l := range lines {
+		if want := fmt.Sprintf("line %d", i); l != want {
+			t.Fatalf("log line %d = %q, want %q (lines: %q)", i, l, want, lines)
+		}
+	}
+	if r := docker(t, "stop", "-t", "1", name); r.Code != 0 {
+		t.Fatalf("stop after reattach = %+v", r)
+	}
+	if got := mustDocker(t, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name); got != "exited 137\n" {
+		t.Errorf("after stop: %q, want \"exited 137\"", got)
+	}
+	mustDocker(t, "rm", name)
 }

@@ -310,6 +310,10 @@ func (w *world) serveControl(ctx context.Context, req *os.File, ans *os.File) {
 			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
 			err = w.daemon.Restart(rctx)
 			cancel()
+		case "crash":
+			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
+			err = w.daemon.Crash(rctx)
+			cancel()
 		default:
 			err = fmt.Errorf("unknown control request %q", sc.Text())
 		}

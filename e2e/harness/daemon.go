@@ -79,6 +79,9 @@ func (d *Daemon) command() (*exec.Cmd, error) {
 			"--host", d.Host(),
 			"--vmm", "qemu",
 			"--accel", "tcg",
+			// Debug logs (the daemon's and each guest agent's console) are
+			// what a failing run is diagnosed from.
+			"--debug",
 		}
 		return d.ns.Command(filepath.Join(d.cfg.BinDir, "huskd"), append(args, insecure...)...), nil
 	case Dockerd:
@@ -143,6 +146,19 @@ func (d *Daemon) Restart(ctx context.Context) error {
 	}
 	if err := d.start(ctx); err != nil {
 		return fmt.Errorf("restart: %w", err)
+	}
+	return nil
+}
+
+// Crash kills the daemon with SIGKILL, giving it no chance to clean up,
+// and starts it again on the same state.
+func (d *Daemon) Crash(ctx context.Context) error {
+	appendLine(d.LogPath(), "=== harness: SIGKILL")
+	if err := d.proc.kill(); err != nil {
+		return fmt.Errorf("crash: %w", err)
+	}
+	if err := d.start(ctx); err != nil {
+		return fmt.Errorf("crash: restart: %w", err)
 	}
 	return nil
 }

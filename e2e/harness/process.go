@@ -73,6 +73,18 @@ func (p *process) stop(ctx context.Context) error {
 	}
 }
 
+// kill ends the process with SIGKILL, as a crash would, and reaps it.
+func (p *process) kill() error {
+	if p.exited() {
+		return nil
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill %s: %w", p.cmd.Path, err)
+	}
+	<-p.done
+	return nil
+}
+
 // Proc is a running process found on the host.
 type Proc struct {
 	PID     int
