@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/husk-vm/husk/runtime/vmm"
@@ -477,22 +478,7 @@ func removeRuntimeFiles(dir string) error {
 }
 
 func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := renameio.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	d, err := os.Open(filepath.Dir(path))
