@@ -2,8 +2,8 @@
 //
 // Each VM is one QEMU process with direct kernel boot, its disks as
 // virtio-blk, and the agent channel as a virtio-serial port named
-// proto.PortName backed by a unix-socket chardev. The machine is QEMU's
-// microvm by default, or the i440fx "pc" (Options.Machine).
+// proto.PortName backed by a unix-socket chardev. The machine is the
+// i440fx "pc" by default, or QEMU's microvm (Options.Machine).
 //
 // The process runs in its own session with its working directory set to
 // the VM's directory, which holds everything the driver creates there:
@@ -24,15 +24,18 @@
 // tagged with an id, and asynchronous events. So this package carries a
 // small client (QMP), which also serves stop/cont/migrate for snapshots.
 //
-// Why microvm: measured on the project's 2-core TCG machine with the Debian
-// 6.1 cloud kernel and a small Go init (3 boots each, boot to the init
-// answering on the agent port): microvm 1.72-1.87 s, pc 2.19-2.49 s. The
-// guest log on pc shows ~0.1 s per PCI device for ACPI interrupt-link
-// setup, which is slow under emulation, besides SeaBIOS; qboot on pc saved only ~0.05 s. microvm with
-// acpi=off or pit/pic off did not boot this kernel (it finds its
-// virtio-mmio devices through ACPI), and rtc=off doubled the boot time,
-// so the machine is used with its defaults. The pc machine stays
-// available for kernels without virtio_mmio.
+// Why pc, although microvm boots faster: measured on the project's 2-core
+// TCG machine with the Debian 6.1 cloud kernel and a small Go init (boot to
+// the init answering on the agent port), an idle host boots microvm in
+// 1.72-1.87 s and pc in 2.19-2.49 s (pc spends ~0.1 s per PCI device on
+// ACPI interrupt links, besides SeaBIOS). But on a starved host (four boots
+// at once beside two busy loops) every microvm guest hung before the
+// kernel's first message for the whole 3-minute limit, while every pc guest
+// booted in ~7 s. A runtime that boots a VM per `docker run` is always at
+// risk of a busy host, so pc is the default; microvm stays available
+// (Options.Machine) and needs virtio_mmio, which kernel.GuestModules loads.
+// microvm with acpi=off or pit/pic off did not boot this kernel, and
+// rtc=off doubled its boot time.
 package qemu
 
 import (
@@ -91,7 +94,7 @@ const (
 type Options struct {
 	// Binary is the QEMU executable; default qemu-system-x86_64 from PATH.
 	Binary string
-	// Machine is MachineMicroVM (the default) or MachinePC.
+	// Machine is MachinePC (the default) or MachineMicroVM.
 	Machine string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -110,7 +113,7 @@ var _ vmm.Driver = (*Driver)(nil)
 func New(opts Options) *Driver {
 	d := &Driver{binary: opts.Binary, machine: opts.Machine, log: opts.Logger}
 	if d.machine == "" {
-		d.machine = MachineMicroVM
+		d.machine = MachinePC
 	}
 	if d.binary == "" {
 		d.binary = "qemu-system-x86_64"
