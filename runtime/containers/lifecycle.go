@@ -301,8 +301,10 @@ func (c *ctr) pump(ctx context.Context, r *run, stream string) error {
 	return err
 }
 
-// teardown shuts the guest down cleanly (so the upper disk is consistent)
-// and makes sure the VMM is gone.
+// teardown takes the VM down. The agent answers a shutdown only once the
+// container's disks are unmounted and synced, so from then on the VMM is
+// killed rather than left to emulate the guest's power-off; without an
+// answer it is killed all the same.
 func (c *ctr) teardown(r *run) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -313,12 +315,10 @@ func (c *ctr) teardown(r *run) {
 		c.m.log.Warn("guest shutdown", "id", c.rec.ID[:12], "err", err)
 	}
 	_ = r.client.Close()
-	exitCtx, cancelExit := context.WithTimeout(ctx, 5*time.Second)
-	if err := r.machine.Wait(exitCtx); err != nil {
-		_ = r.machine.Kill()
-		_ = r.machine.Wait(ctx)
+	_ = r.machine.Kill()
+	if err := r.machine.Wait(ctx); err != nil {
+		c.m.log.Error("VMM did not exit", "id", c.rec.ID[:12], "err", err)
 	}
-	cancelExit()
 	if err := r.machine.Cleanup(); err != nil {
 		c.m.log.Warn("vm cleanup", "id", c.rec.ID[:12], "err", err)
 	}
