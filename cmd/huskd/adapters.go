@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"time"
@@ -56,6 +57,8 @@ type systemInfo struct {
 	kernel kernel.Kernel
 	vmm    string
 	accel  string
+	// vmmVersion is what the VMM binary says of itself.
+	vmmVersion string
 }
 
 func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
@@ -99,6 +102,7 @@ func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
 }
 
 func (s *systemInfo) Version(ctx context.Context) (system.VersionResponse, error) {
+	kernel := hostKernel()
 	return system.VersionResponse{
 		Platform:      struct{ Name string }{Name: "husk"},
 		Version:       version,
@@ -107,13 +111,26 @@ func (s *systemInfo) Version(ctx context.Context) (system.VersionResponse, error
 		GoVersion:     runtime.Version(),
 		Os:            "linux",
 		Arch:          "amd64",
-		KernelVersion: hostKernel(),
+		KernelVersion: kernel,
 		Experimental:  true,
 		Components: []system.ComponentVersion{
-			{Name: "Engine", Version: version, Details: map[string]string{"ApiVersion": "1.50", "MinAPIVersion": "1.24", "Os": "linux", "Arch": "amd64"}},
-			{Name: s.vmm, Version: "", Details: map[string]string{"Accelerator": s.accel, "GuestKernel": s.kernel.Version}},
+			{Name: "Engine", Version: version, Details: map[string]string{
+				"ApiVersion": "1.50", "MinAPIVersion": "1.24", "GoVersion": runtime.Version(),
+				"Os": "linux", "Arch": "amd64", "KernelVersion": kernel, "Experimental": "true",
+			}},
+			{Name: s.vmm, Version: s.vmmVersion, Details: map[string]string{"Accelerator": s.accel, "GuestKernel": s.kernel.Version}},
 		},
 	}, nil
+}
+
+// binaryVersion is the first line a VMM binary prints for --version.
+func binaryVersion(ctx context.Context, binary string) string {
+	out, err := exec.CommandContext(ctx, binary, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(line)
 }
 
 func hostKernel() string {

@@ -121,9 +121,10 @@ func run(parent context.Context, cfg Config) error {
 	handler := apicompat.New(apicompat.Config{
 		Images:     imageAPI{images},
 		Containers: mgr,
-		System:     &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel},
-		Logger:     logger,
-		Version:    version,
+		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
+			vmmVersion: binaryVersion(ctx, "qemu-system-x86_64")},
+		Logger:  logger,
+		Version: version,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	listeners, err := listen(cfg.Hosts)
