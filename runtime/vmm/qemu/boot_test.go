@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -145,6 +146,10 @@ func testBootAndReattach(t *testing.T, env bootEnv, machine string) {
 		t.Fatal(err)
 	}
 	pid := m.PID()
+	// Run as root, the driver confines QEMU to the unprivileged "nobody".
+	if nobody, err := user.Lookup("nobody"); err == nil && os.Geteuid() == 0 {
+		eventuallyUID(t, pid, nobody.Uid)
+	}
 	t.Cleanup(func() {
 		m.Kill()
 		m.Cleanup()
@@ -269,4 +274,27 @@ func TestStartShutdown(t *testing.T) {
 func readFile(dir, name string) string {
 	b, _ := os.ReadFile(filepath.Join(dir, name))
 	return string(b)
+}
+
+// eventuallyUID waits until QEMU has switched to uid (it does so once its
+// files are open, just before the guest starts) and fails if it never does.
+func eventuallyUID(t *testing.T, pid int, uid string) {
+	t.Helper()
+	var last string
+	for range 200 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatalf("read status of QEMU: %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+				last = f[1]
+			}
+		}
+		if last == uid {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("QEMU runs with real uid %s, want %s (nobody)", last, uid)
 }

@@ -44,7 +44,7 @@ func TestQEMUArgs(t *testing.T) {
 			{Path: "/sandboxes/upper.ext4", Serial: "upper"},
 		},
 	}
-	args, err := qemuArgs(MachinePC, cfg)
+	args, err := qemuArgs(MachinePC, "", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestQEMUArgs(t *testing.T) {
 		}
 	}
 
-	args, err = qemuArgs(MachineMicroVM, cfg)
+	args, err = qemuArgs(MachineMicroVM, "", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,12 +109,33 @@ func TestQEMUArgs(t *testing.T) {
 	}
 
 	cfg.Accel = "kvm"
-	args, err = qemuArgs(MachinePC, cfg)
+	args, err = qemuArgs(MachinePC, "", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{"host"}) {
 		t.Errorf("kvm -cpu = %q, want host", got)
+	}
+}
+
+func TestQEMUArgsConfine(t *testing.T) {
+	cfg := vmm.Config{ID: "c", Kernel: "/k", Initramfs: "/i"}
+	args, err := qemuArgs(MachinePC, "nobody", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := argAfter(args, "-sandbox"); !slices.Equal(got, []string{"on,obsolete=deny,spawn=deny,resourcecontrol=deny"}) {
+		t.Errorf("-sandbox = %q", got)
+	}
+	if got := argAfter(args, "-runas"); !slices.Equal(got, []string{"nobody"}) {
+		t.Errorf("-runas = %q, want nobody", got)
+	}
+	args, err = qemuArgs(MachinePC, "", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := argAfter(args, "-runas"); len(got) != 0 {
+		t.Errorf("-runas = %q without a user", got)
 	}
 }
 
