@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,5 +81,25 @@ func TestMultiArchPullSelectsAmd64(t *testing.T) {
 	}
 	if r := docker(t, "run", "--rm", img, "cat", "/etc/arch-marker"); r != (result{Stdout: "amd64\n"}) {
 		t.Errorf("run = %+v, want the amd64 image's marker", r)
+	}
+}
+
+// TestRemovedImageLeavesNoBaseDisk: husk turns each image into a read-only
+// ext4 base disk on first use; removing the image must remove that disk.
+func TestRemovedImageLeavesNoBaseDisk(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != "huskd" {
+		t.Skip("base disks are husk's")
+	}
+	img := pulled(t, testimages.MultiArch)
+	id := strings.TrimSpace(mustDocker(t, "image", "inspect", "--format", "{{.Id}}", img))
+	mustDocker(t, "run", "--rm", img, "true")
+	base := filepath.Join(filepath.Dir(s.DaemonLog), "root", "rootfs", "bases", strings.Replace(id, ":", "-", 1)+".ext4")
+	if _, err := os.Stat(base); err != nil {
+		t.Fatalf("base disk of %s after a run: %v", id, err)
+	}
+	mustDocker(t, "rmi", img)
+	if _, err := os.Stat(base); !os.IsNotExist(err) {
+		t.Errorf("base disk %s still there after rmi (stat: %v)", base, err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -43,10 +44,29 @@ func (a imageSource) Layers(ctx context.Context, imageID string) ([]rootfs.Layer
 }
 
 // imageAPI is the image store as the API sees it.
-type imageAPI struct{ *imagebuild.Service }
+type imageAPI struct {
+	*imagebuild.Service
+	disks *rootfs.Store
+	log   *slog.Logger
+}
 
 func (a imageAPI) List(ctx context.Context, opts apicompat.ImageListOptions) ([]image.Summary, error) {
 	return a.Service.List(ctx, opts.All, opts.Filters)
+}
+
+// Remove also drops the base disk of every image the store deleted: the
+// store knows nothing of disks, and a base nobody can use is only a leak.
+func (a imageAPI) Remove(ctx context.Context, ref string, force, prune bool) ([]image.DeleteResponse, error) {
+	resp, err := a.Service.Remove(ctx, ref, force, prune)
+	for _, r := range resp {
+		if r.Deleted == "" {
+			continue
+		}
+		if rmErr := a.disks.RemoveBase(r.Deleted); rmErr != nil {
+			a.log.Warn("remove base disk of deleted image", "image", r.Deleted, "err", rmErr)
+		}
+	}
+	return resp, err
 }
 
 // systemInfo answers /info and /version.

@@ -119,7 +119,7 @@ func run(parent context.Context, cfg Config) error {
 	mgr.Restore(ctx)
 
 	handler := apicompat.New(apicompat.Config{
-		Images:     imageAPI{images},
+		Images:     imageAPI{Service: images, disks: disks, log: logger},
 		Containers: mgr,
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, "qemu-system-x86_64")},
