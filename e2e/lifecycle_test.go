@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/husk-vm/husk/e2e/testimages"
@@ -290,6 +292,34 @@ func TestDaemonCrashKeepsContainerRunning(t *testing.T) {
 	}
 	if got := mustDocker(t, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name); got != "exited 137\n" {
 		t.Errorf("after stop: %q, want \"exited 137\"", got)
+	}
+	mustDocker(t, "rm", name)
+}
+
+// TestDeadVMMIsReported: when a container's VMM dies under it, the
+// container ends as exited with the error said, it can be removed, and
+// nothing of it is left running (the suite checks for leftover VMMs).
+func TestDeadVMMIsReported(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != "huskd" {
+		t.Skip("the VMM is husk's")
+	}
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, img, "sleep", "1000")
+	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
+	if err != nil || pid <= 0 {
+		t.Fatalf("State.Pid of a running container = %d, %v", pid, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the VMM: %v", err)
+	}
+	if got := mustDocker(t, "wait", name); got != "255\n" {
+		t.Errorf("wait after the VMM died = %q, want 255", got)
+	}
+	got := mustDocker(t, "inspect", "-f", "{{.State.Status}} {{.State.Pid}} {{.State.Error}}", name)
+	if want := fmt.Sprintf("exited 0 the container's VM exited unexpectedly (VMM pid %d)\n", pid); got != want {
+		t.Errorf("state after the VMM died = %q, want %q", got, want)
 	}
 	mustDocker(t, "rm", name)
 }

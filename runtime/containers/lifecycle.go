@@ -240,6 +240,9 @@ func (c *ctr) monitor(r *run) {
 		}()
 	}
 	status, waitErr := r.proc.Wait(ctx)
+	if waitErr != nil {
+		waitErr = lostProcess(r, waitErr)
+	}
 	pumps.Wait()
 	if err := c.log.Flush(); err != nil {
 		c.m.log.Error("flush log", "id", c.rec.ID[:12], "err", err)
@@ -278,6 +281,17 @@ func (c *ctr) monitor(r *run) {
 			c.m.log.Error("auto-remove", "id", c.rec.ID[:12], "err", err)
 		}
 	}
+}
+
+// lostProcess words why the main process's fate is unknown: the VM died
+// under it, or the agent stopped answering.
+func lostProcess(r *run, err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if r.machine.Wait(ctx) == nil {
+		return fmt.Errorf("the container's VM exited unexpectedly (VMM pid %d)", r.machine.PID())
+	}
+	return fmt.Errorf("lost contact with the guest agent: %w", err)
 }
 
 // pump copies one output stream of the main process to the log and to
