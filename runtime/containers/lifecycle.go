@@ -364,21 +364,21 @@ func (c *ctr) recordStartFailure(err error) {
 	c.notifyExit(code, err.Error())
 }
 
-// startError words a failed start as dockerd does, so the CLI picks the
-// same exit status (127 for a missing executable, 126 when it can't run).
+// startError words a failed start as dockerd does: an executable that
+// cannot be run in runc's words, which the CLI reads to pick its exit status
+// (127 for a missing executable, 126 when it can't run).
 func startError(err error) error {
 	var ae *host.AgentError
-	if errors.As(err, &ae) {
-		msg := "failed to create task for container: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: " + ae.Message + ": unknown"
-		switch ae.Kind {
-		case proto.KindNotFound, proto.KindPermission:
-			return errdefs.ErrInvalidArgument.WithMessage(msg)
-		case proto.KindUser:
-			return errdefs.ErrInvalidArgument.WithMessage(ae.Message)
-		}
-		return fmt.Errorf("%s", msg)
+	if !errors.As(err, &ae) {
+		return err
 	}
-	return err
+	switch ae.Kind {
+	case proto.KindNotFound, proto.KindPermission:
+		return errdefs.ErrInvalidArgument.WithMessage("failed to create task for container: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: " + ae.Message + ": unknown")
+	case proto.KindUser, proto.KindInvalid:
+		return errdefs.ErrInvalidArgument.WithMessage(ae.Message)
+	}
+	return fmt.Errorf("start container process: %w", err)
 }
 
 // Stop signals the main process and kills it after the timeout.

@@ -222,6 +222,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
 	}
+	if req.Config.Tty {
+		// The agent has no PTY support yet; refusing here costs no VM boot.
+		return resp, errdefs.ErrInvalidArgument.WithMessage("husk does not support a TTY (-t) yet")
+	}
 	name := strings.TrimPrefix(req.Name, "/")
 	if req.Name != "" && !validName.MatchString(req.Name) {
 		return resp, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid container name (%s), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed", req.Name))
