@@ -322,9 +322,9 @@ func (s *Service) download(ctx context.Context, img v1.Image, d v1.Descriptor, o
 		return err
 	}
 	defer w.Close()
-	pw := &progressWriter{w: w, report: func(cur int64) {
+	pw := &progressWriter{w: w, progressCounter: progressCounter{report: func(cur int64) {
 		out.progress(id, "Downloading", cur, d.Size)
-	}}
+	}}}
 	if _, err := io.Copy(pw, ctxReader{ctx: ctx, r: rc}); err != nil {
 		return fmt.Errorf("download layer %s: %w", d.Digest, err)
 	}
@@ -364,7 +364,7 @@ func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cu
 	var src io.Reader = f
 	var pr *progressReader
 	if report != nil {
-		pr = &progressReader{r: f, report: report}
+		pr = &progressReader{r: f, progressCounter: progressCounter{report: report}}
 		src = pr
 	}
 	rc, err := decompress(io.NopCloser(src))
@@ -527,52 +527,50 @@ func (p *progressOut) progress(id, action string, current, total int64) {
 	p.send(jsonstream.Message{ID: id, Status: action, Progress: &jsonstream.Progress{Current: current, Total: total}})
 }
 
-// progressWriter reports bytes written every progressEvery bytes.
-type progressWriter struct {
-	w       io.Writer
+// progressCounter reports a running byte count every progressEvery bytes.
+type progressCounter struct {
 	n, last int64
 	report  func(cur int64)
+}
+
+func (p *progressCounter) add(n int) {
+	p.n += int64(n)
+	if p.n-p.last >= progressEvery {
+		p.last = p.n
+		p.report(p.n)
+	}
+}
+
+// flush reports the final count unless it was just reported.
+func (p *progressCounter) flush() {
+	if p.n != p.last || p.n == 0 {
+		p.last = p.n
+		p.report(p.n)
+	}
+}
+
+// progressWriter counts bytes written.
+type progressWriter struct {
+	w io.Writer
+	progressCounter
 }
 
 func (p *progressWriter) Write(b []byte) (int, error) {
 	n, err := p.w.Write(b)
-	p.n += int64(n)
-	if p.n-p.last >= progressEvery {
-		p.last = p.n
-		p.report(p.n)
-	}
+	p.add(n)
 	return n, err
 }
 
-func (p *progressWriter) flush() {
-	if p.n != p.last || p.n == 0 {
-		p.last = p.n
-		p.report(p.n)
-	}
-}
-
-// progressReader reports bytes read every progressEvery bytes.
+// progressReader counts bytes read.
 type progressReader struct {
-	r       io.Reader
-	n, last int64
-	report  func(cur int64)
+	r io.Reader
+	progressCounter
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
-	p.n += int64(n)
-	if p.n-p.last >= progressEvery {
-		p.last = p.n
-		p.report(p.n)
-	}
+	p.add(n)
 	return n, err
-}
-
-func (p *progressReader) flush() {
-	if p.n != p.last || p.n == 0 {
-		p.last = p.n
-		p.report(p.n)
-	}
 }
 
 // ctxReader stops a long copy when ctx is done.
