@@ -200,21 +200,29 @@ func convert(r io.Reader, f *os.File) (err error) {
 	return tar2ext4.ConvertTarToExt4(r, f, tar2ext4.InlineData, tar2ext4.MaximumDiskSize(maxBaseSize))
 }
 
-// writeAtomic creates final through a temporary file in the same directory:
-// fill writes it, then it is synced, given perm and renamed into place, so a
-// crash never leaves a partial file under the final name.
-func writeAtomic(final string, perm os.FileMode, fill func(*os.File) error) (err error) {
+// writeAtomic creates final through a temporary file in the same directory
+// (see publishFile), renamed into place.
+func writeAtomic(final string, perm os.FileMode, fill func(*os.File) error) error {
+	return publishFile(final, perm, fill, func(tmp, final string) error {
+		if err := os.Rename(tmp, final); err != nil {
+			return fmt.Errorf("rename %s into place: %w", final, err)
+		}
+		return nil
+	})
+}
+
+// publishFile makes final through a temporary file in the same directory:
+// fill writes it, then it is given perm, synced and put in place by place,
+// so a crash never leaves a partial file under the final name.
+func publishFile(final string, perm os.FileMode, fill func(*os.File) error, place func(tmp, final string) error) error {
 	dir := filepath.Dir(final)
 	f, err := os.CreateTemp(dir, filepath.Base(final)+tmpInfix+"*")
 	if err != nil {
 		return fmt.Errorf("create temporary file for %s: %w", final, err)
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
+	// Once renamed, the temporary name is gone and this removes nothing.
+	defer os.Remove(f.Name())
+	defer f.Close()
 	if err := fill(f); err != nil {
 		return err
 	}
@@ -227,8 +235,8 @@ func writeAtomic(final string, perm os.FileMode, fill func(*os.File) error) (err
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", f.Name(), err)
 	}
-	if err := os.Rename(f.Name(), final); err != nil {
-		return fmt.Errorf("rename %s into place: %w", final, err)
+	if err := place(f.Name(), final); err != nil {
+		return err
 	}
 	return syncDir(dir)
 }

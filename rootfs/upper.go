@@ -190,33 +190,17 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// createExclusive creates path through a temporary file that fill writes and
-// that is then synced and hard-linked into place: the link fails if path
-// exists, so nothing is overwritten, and nothing partial is ever at path.
-func createExclusive(path string, perm os.FileMode, fill func(*os.File) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+tmpInfix+"*")
-	if err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", path, err)
-	}
-	defer func() {
-		f.Close()
-		os.Remove(f.Name())
-	}()
-	if err := fill(f); err != nil {
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fmt.Errorf("chmod %s: %w", f.Name(), err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", f.Name(), err)
-	}
-	if err := os.Link(f.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return errdefs.ErrAlreadyExists.WithMessage(fmt.Sprintf("upper disk %s already exists", path))
+// createExclusive creates path through a temporary file (see publishFile)
+// hard-linked into place: the link fails if path exists, so nothing is
+// overwritten.
+func createExclusive(path string, perm os.FileMode, fill func(*os.File) error) error {
+	return publishFile(path, perm, fill, func(tmp, path string) error {
+		if err := os.Link(tmp, path); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return errdefs.ErrAlreadyExists.WithMessage(fmt.Sprintf("upper disk %s already exists", path))
+			}
+			return fmt.Errorf("link %s into place: %w", path, err)
 		}
-		return fmt.Errorf("link %s into place: %w", path, err)
-	}
-	return syncDir(dir)
+		return nil
+	})
 }
