@@ -401,7 +401,7 @@ func TestReattachAfterSessionChange(t *testing.T) {
 	f := newFixture(t)
 	c1, end1 := f.connect(t)
 	setup(t, c1)
-	p, err := c1.Start(ctx(t), "job", proto.ProcessSpec{Args: []string{"sh", "-c", "read x; seq 1 50000; exit 7"}, Stdin: true})
+	p, err := c1.Start(ctx(t), "job", proto.ProcessSpec{Args: []string{"sh", "-c", "read x; touch /stdin-read; seq 1 50000; exit 7"}, Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,6 +413,18 @@ func TestReattachAfterSessionChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Close()
+	// Input still in flight when a session ends dies with it; end the
+	// session only once the process has read its line.
+	for {
+		if _, err := os.Stat(filepath.Join(f.root, "stdin-read")); err == nil {
+			break
+		}
+		select {
+		case <-ctx(t).Done():
+			t.Fatal("the process never read its input")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	end1()
 
 	c2, _ := f.connect(t)

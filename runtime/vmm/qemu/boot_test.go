@@ -146,15 +146,15 @@ func testBootAndReattach(t *testing.T, env bootEnv, machine string) {
 		t.Fatal(err)
 	}
 	pid := m.PID()
-	// Run as root, the driver confines QEMU to the unprivileged "nobody".
-	if nobody, err := user.Lookup("nobody"); err == nil && os.Geteuid() == 0 {
-		eventuallyUID(t, pid, nobody.Uid)
-	}
 	t.Cleanup(func() {
 		m.Kill()
 		m.Cleanup()
 	})
 	started := time.Since(start)
+	// Run as root, the driver confines QEMU to the unprivileged "nobody".
+	if nobody, err := user.Lookup("nobody"); err == nil && os.Geteuid() == 0 {
+		eventuallyUID(t, pid, nobody.Uid)
+	}
 
 	c, err := m.DialAgent(ctx)
 	if err != nil {
