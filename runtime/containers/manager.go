@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -201,8 +200,6 @@ func (m *Manager) lookup(ref string) (*ctr, error) {
 	return found, nil
 }
 
-var validName = regexp.MustCompile(`^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
-
 // Create makes a container: its record, its upper disk, and (once per image)
 // the image's base disk.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container.CreateResponse, err error) {
@@ -227,9 +224,6 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 		return resp, errdefs.ErrInvalidArgument.WithMessage("husk does not support a TTY (-t) yet")
 	}
 	name := strings.TrimPrefix(req.Name, "/")
-	if req.Name != "" && !validName.MatchString(req.Name) {
-		return resp, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid container name (%s), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed", req.Name))
-	}
 
 	img, err := m.images.Resolve(ctx, req.Config.Image)
 	if err != nil {
