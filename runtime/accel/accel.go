@@ -60,6 +60,9 @@ type Options struct {
 	Boot BootFunc
 	// MaxBoot bounds a calibration boot (TCG's included).
 	MaxBoot time.Duration
+	// now reads the clock the boots are timed with; time.Now unless a test
+	// sets it.
+	now func() time.Time
 }
 
 // Choose decides which accelerator to use.
@@ -104,12 +107,16 @@ func calibrate(ctx context.Context, opts Options) Choice {
 	if maxBoot == 0 {
 		maxBoot = 60 * time.Second
 	}
+	now := opts.now
+	if now == nil {
+		now = time.Now
+	}
 	timed := func(accel string, limit time.Duration) (time.Duration, error) {
 		bctx, cancel := context.WithTimeout(ctx, limit)
 		defer cancel()
-		start := time.Now()
+		start := now()
 		err := opts.Boot(bctx, accel)
-		return time.Since(start), err
+		return now().Sub(start), err
 	}
 	tcg, err := timed(TCG, maxBoot)
 	if err != nil {
@@ -118,6 +125,9 @@ func calibrate(ctx context.Context, opts Options) Choice {
 	kvm, err := timed(KVM, tcg)
 	if err != nil {
 		return Choice{Accel: TCG, Reason: fmt.Sprintf("KVM did not boot to agent-ready within TCG's %v (%v)", tcg.Round(time.Millisecond), err)}
+	}
+	if kvm >= tcg {
+		return Choice{Accel: TCG, Reason: fmt.Sprintf("KVM booted to agent-ready in %v, no faster than TCG's %v", kvm.Round(time.Millisecond), tcg.Round(time.Millisecond))}
 	}
 	return Choice{Accel: KVM, Reason: fmt.Sprintf("KVM booted to agent-ready in %v, TCG in %v", kvm.Round(time.Millisecond), tcg.Round(time.Millisecond))}
 }

@@ -45,12 +45,17 @@ func TestCalibration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Boots advance a fake clock, so no verdict depends on real time.
+	var clock time.Time
+	now := func() time.Time { return clock }
+	took := func(d time.Duration) { clock = clock.Add(d) }
 	tests := []struct {
 		name string
 		boot BootFunc
 		want string
 	}{
 		{"kvm hangs", func(ctx context.Context, a string) error {
+			took(time.Second)
 			if a == KVM {
 				<-ctx.Done()
 				return ctx.Err()
@@ -58,16 +63,26 @@ func TestCalibration(t *testing.T) {
 			return nil
 		}, TCG},
 		{"kvm fails", func(ctx context.Context, a string) error {
+			took(time.Second)
 			if a == KVM {
 				return errors.New("no")
 			}
-			time.Sleep(10 * time.Millisecond)
 			return nil
 		}, TCG},
 		{"tcg fails", func(ctx context.Context, a string) error { return errors.New("broken initramfs") }, TCG},
+		{"kvm slower than tcg", func(ctx context.Context, a string) error {
+			if a == KVM {
+				took(3 * time.Second)
+			} else {
+				took(2 * time.Second)
+			}
+			return nil
+		}, TCG},
 		{"kvm beats tcg", func(ctx context.Context, a string) error {
 			if a == TCG {
-				time.Sleep(200 * time.Millisecond)
+				took(2 * time.Second)
+			} else {
+				took(time.Second)
 			}
 			return nil
 		}, KVM},
@@ -75,7 +90,7 @@ func TestCalibration(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cache := filepath.Join(t.TempDir(), "accel.json")
-			opts := Options{Requested: "auto", Kernel: kernel, Initramfs: initrd, CacheFile: cache, Boot: tt.boot, MaxBoot: 5 * time.Second}
+			opts := Options{Requested: "auto", Kernel: kernel, Initramfs: initrd, CacheFile: cache, Boot: tt.boot, MaxBoot: 5 * time.Second, now: now}
 			c, err := Choose(context.Background(), opts)
 			if err != nil || c.Accel != tt.want {
 				t.Fatalf("got %+v, %v; want %s", c, err, tt.want)
