@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func requireRootAndIP(t *testing.T) {
@@ -95,11 +96,21 @@ func TestProcessesMentioning(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
-	found, err := ProcessesMentioning(marker)
-	if err != nil {
-		t.Fatal(err)
+	// Scan until the process shows up (a scan raced it once in CI); the
+	// bound only keeps a broken scan from looping forever.
+	var found []Proc
+	for range 200 {
+		var err error
+		if found, err = ProcessesMentioning(marker); err != nil {
+			t.Fatal(err)
+		}
+		if len(found) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if len(found) != 1 || found[0].PID != cmd.Process.Pid {
-		t.Errorf("ProcessesMentioning(%q) = %+v, want only pid %d", marker, found, cmd.Process.Pid)
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
+		t.Errorf("ProcessesMentioning(%q) = %+v, want only pid %d (its cmdline: %q, %v)", marker, found, cmd.Process.Pid, cmdline, err)
 	}
 }
