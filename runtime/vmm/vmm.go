@@ -26,6 +26,16 @@ type Config struct {
 	Disks []Disk
 	// Accel is "kvm" or "tcg"; drivers that have no choice ignore it.
 	Accel string
+	// Nets are attached as virtio-net devices in this order.
+	Nets []Net
+}
+
+// Net is one guest network interface backed by a host TAP device that
+// already exists (the caller owns it).
+type Net struct {
+	Tap string
+	// MAC is the guest's address, "52:54:00:..." form.
+	MAC string
 }
 
 // Disk is a raw disk image.
@@ -43,8 +53,19 @@ type Driver interface {
 	// ready yet: callers wait for the agent. The VMM process is not tied to
 	// the caller's lifetime (it survives a daemon restart).
 	Start(ctx context.Context, cfg Config) (Machine, error)
-	// Reattach finds the VMM a previous Start left running in dir.
+	// Reattach finds the VMM a previous Start or Restore left running in dir.
 	Reattach(ctx context.Context, dir string) (Machine, error)
+	// Version identifies the VMM build ("qemu 7.2.19", "cloud-hypervisor
+	// v53.0"). Snapshots record it; Restore under another version is
+	// refused by the caller.
+	Version(ctx context.Context) (string, error)
+	// Restore starts a new VMM from a snapshot that a Machine of this driver
+	// wrote with Snapshot, and resumes it. cfg describes the new VM: it may
+	// differ from the snapshotted one only in ID, Dir, disk paths and Nets
+	// (TAP names; MACs stay as snapshotted, the guest is re-addressed
+	// afterwards). snapshotDir is only read, so one snapshot can be
+	// restored into many VMs at once.
+	Restore(ctx context.Context, cfg Config, snapshotDir string) (Machine, error)
 }
 
 // Machine is one running VMM process.
@@ -53,6 +74,16 @@ type Machine interface {
 	// DialAgent opens the byte stream to the guest agent. Only one may be
 	// open at a time; a new one replaces a closed one.
 	DialAgent(ctx context.Context) (net.Conn, error)
+	// Pause stops the vCPUs; Resume restarts them. Pausing a paused VM and
+	// resuming a running one are not errors.
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+	// Snapshot writes the paused VM's memory and device state into dir,
+	// which exists and is empty. The VM stays paused. Disks are not copied:
+	// the caller copies them while the VM is paused.
+	Snapshot(ctx context.Context, dir string) error
+	// Shutdown asks the VMM to stop the VM and exit, and waits for it.
+	Shutdown(ctx context.Context) error
 	// Kill ends the VMM at once.
 	Kill() error
 	// Wait blocks until the VMM process has exited or ctx is done.

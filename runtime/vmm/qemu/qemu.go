@@ -347,7 +347,6 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 		"-chardev", "file,id=console,path="+consoleLog,
 		"-serial", "chardev:console",
 		"-qmp", "unix:"+qmpSocket+",server=on,wait=off",
-		"-nic", "none",
 		"-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny",
 	)
 	if runAs != "" {
@@ -366,6 +365,21 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 		args = append(args,
 			"-drive", "file="+optEscape(p)+",if=none,format=raw,id="+id+",readonly="+ro,
 			"-device", blk+",drive="+id+",serial="+optEscape(d.Serial),
+		)
+	}
+	if len(cfg.Nets) == 0 {
+		args = append(args, "-nic", "none")
+	}
+	netDev := "virtio-net-pci"
+	if machine == MachineMicroVM {
+		netDev = "virtio-net-device"
+	}
+	for i, n := range cfg.Nets {
+		id := fmt.Sprintf("net%d", i)
+		// script=no: the caller made the TAP; QEMU only opens it.
+		args = append(args,
+			"-netdev", "tap,id="+id+",ifname="+optEscape(n.Tap)+",script=no,downscript=no",
+			"-device", netDev+",netdev="+id+",mac="+optEscape(n.MAC),
 		)
 	}
 	args = append(args,
@@ -656,4 +670,50 @@ func (m *Machine) releaseFDs() {
 		unix.Close(m.pidfd)
 		m.pidfd = -1
 	}
+}
+
+// Pause implements vmm.Machine through QMP stop.
+func (m *Machine) Pause(ctx context.Context) error {
+	return m.qmpCommand(ctx, "stop")
+}
+
+// Resume implements vmm.Machine through QMP cont.
+func (m *Machine) Resume(ctx context.Context) error {
+	return m.qmpCommand(ctx, "cont")
+}
+
+func (m *Machine) qmpCommand(ctx context.Context, command string) error {
+	q, err := m.QMP(ctx)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := q.Execute(ctx, command, nil, nil); err != nil {
+		return fmt.Errorf("qemu %d %s: %w", m.pid, command, err)
+	}
+	return nil
+}
+
+// Snapshot implements vmm.Machine.
+func (m *Machine) Snapshot(ctx context.Context, dir string) error {
+	return fmt.Errorf("qemu snapshot: %w", errdefs.ErrNotImplemented)
+}
+
+// Restore implements vmm.Driver.
+func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string) (vmm.Machine, error) {
+	return nil, fmt.Errorf("qemu restore: %w", errdefs.ErrNotImplemented)
+}
+
+// Version implements vmm.Driver: the first line of `qemu --version`.
+func (d *Driver) Version(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, d.binary, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", d.binary, err)
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	// "QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u16)"
+	if f := strings.Fields(line); len(f) >= 4 && f[1] == "emulator" {
+		return "qemu " + f[3], nil
+	}
+	return strings.TrimSpace(line), nil
 }
