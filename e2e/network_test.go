@@ -270,3 +270,115 @@ func TestPublishSurvivesDaemonCrash(t *testing.T) {
 	}
 	mustDocker(t, "rm", srv)
 }
+
+// reachScript prints whether a TCP connection to ip:8080 succeeds and
+// whether the name of the server container resolves. (busybox's wget -T
+// crashes on a failed connection, so nc it is.)
+func reachScript(ip string) string {
+	return "if echo | nc -w 5 " + ip + " 8080 >/dev/null; then echo reached; else echo blocked; fi; " +
+		"if nslookup web >/dev/null 2>&1; then echo resolved; else echo unknown; fi"
+}
+
+// TestUserNetworks: containers on a user-defined network reach each
+// other by name and alias through huskd's DNS; another network cannot
+// reach them even with forwarding on; networks are listed, inspected,
+// connected, pruned and removed, leaving no bridge.
+func TestUserNetworks(t *testing.T) {
+	requireBridge(t)
+	img := pulled(t, testimages.Busybox)
+	netA, netB, netC := namePrefix(t)+"-a", namePrefix(t)+"-b", namePrefix(t)+"-c"
+	t.Cleanup(func() {
+		for _, n := range []string{netA, netB, netC} {
+			cmd := exec.Command(suite.DockerCLI, "network", "rm", n)
+			cmd.Env = dockerEnv()
+			_ = cmd.Run()
+		}
+	})
+	idA := strings.TrimSpace(mustDocker(t, "network", "create", "--label", "e2e=1", netA))
+	mustDocker(t, "network", "create", netB)
+	if r := docker(t, "network", "create", netA); r.Code != 1 || r.Stderr != "Error response from daemon: network with name "+netA+" already exists\n" {
+		t.Errorf("duplicate create = %+v", r)
+	}
+	if out := mustDocker(t, "network", "ls", "--filter", "label=e2e=1", "--format", "{{.ID}} {{.Name}} {{.Driver}} {{.Scope}}"); out != idA[:12]+" "+netA+" bridge local\n" {
+		t.Errorf("network ls = %q", out)
+	}
+
+	srv := containerName(t, "-srv")
+	mustDocker(t, append([]string{"run", "-d", "--name", srv, "--network", netA, "--network-alias", "web", img}, webServer("srv")...)...)
+	srvIP := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \""+netA+"\").IPAddress}}", srv))
+	if !regexp.MustCompile(`^10\.12[4-7]\.\d+\.\d+$`).MatchString(srvIP) {
+		t.Fatalf("server address on %s = %q", netA, srvIP)
+	}
+	var ins []struct {
+		Containers map[string]struct{ Name, IPv4Address string }
+	}
+	if err := json.Unmarshal([]byte(mustDocker(t, "network", "inspect", netA)), &ins); err != nil || len(ins) != 1 {
+		t.Fatalf("network inspect: %v", err)
+	}
+	if len(ins[0].Containers) != 1 {
+		t.Errorf("network inspect Containers = %+v", ins[0].Containers)
+	}
+	for _, c := range ins[0].Containers {
+		if c.Name != srv || !strings.HasPrefix(c.IPv4Address, srvIP+"/") {
+			t.Errorf("network inspect container = %+v, want %s at %s", c, srv, srvIP)
+		}
+	}
+
+	r := docker(t, "run", "--rm", "--network", netA, img, "sh", "-c",
+		"wget -q -O - http://"+srv+":8080/ && wget -q -O - http://web:8080/ && grep nameserver /etc/resolv.conf && "+reachScript(srvIP))
+	gw := srvIP[:strings.LastIndexByte(srvIP, '.')] + ".1"
+	if want := "hello from srv\nhello from srv\nnameserver " + gw + "\nreached\nresolved\n"; r.Stdout != want || r.Code != 0 {
+		t.Errorf("client on the same network: %+v, want stdout %q", r, want)
+	}
+
+	// With forwarding on in the namespace, only husk's rules keep the
+	// networks apart.
+	if out, err := exec.Command("ip", "netns", "exec", suite.Netns, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+		t.Fatalf("enable forwarding in the test netns: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "exec", suite.Netns, "sysctl", "-qw", "net.ipv4.ip_forward=0").Run()
+	})
+	r = docker(t, "run", "--rm", "--network", netB, img, "sh", "-c", reachScript(srvIP))
+	if r.Stdout != "blocked\nunknown\n" {
+		t.Errorf("client on another network: %+v, want blocked and unknown", r)
+	}
+
+	if r := docker(t, "network", "rm", netA); r.Code != 1 || !strings.Contains(r.Stderr, "has active endpoints") {
+		t.Errorf("network rm while in use = %+v", r)
+	}
+	if r := docker(t, "network", "rm", "bridge"); r.Code != 1 || !strings.HasPrefix(r.Stderr, "Error response from daemon: bridge is a pre-defined network and cannot be removed\n") {
+		t.Errorf("network rm bridge = %+v", r)
+	}
+
+	// connect/disconnect change a stopped container's networks.
+	idle := containerName(t, "-idle")
+	mustDocker(t, "create", "--name", idle, img, "true")
+	mustDocker(t, "network", "connect", netB, idle)
+	if out := mustDocker(t, "inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}", idle); out != "bridge "+netB+" \n" {
+		t.Errorf("networks after connect = %q", out)
+	}
+	if r := docker(t, "network", "connect", netA, srv); r.Code != 1 || !strings.Contains(r.Stderr, "husk cannot connect running container") {
+		t.Errorf("connect a running container = %+v", r)
+	}
+	mustDocker(t, "network", "disconnect", netB, idle)
+	if out := mustDocker(t, "inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}", idle); out != "bridge \n" {
+		t.Errorf("networks after disconnect = %q", out)
+	}
+	mustDocker(t, "rm", idle)
+
+	mustDocker(t, "rm", "-f", srv)
+	mustDocker(t, "network", "create", netC)
+	out := mustDocker(t, "network", "prune", "-f")
+	for _, n := range []string{netA, netB, netC} {
+		if !strings.Contains(out, n+"\n") {
+			t.Errorf("network prune output %q does not name %s", out, n)
+		}
+	}
+	if got := mustDocker(t, "network", "ls", "--format", "{{.Name}}"); got != "bridge\nnone\n" {
+		t.Errorf("networks after prune = %q", got)
+	}
+	if got := hostLinks(t, "husk-"); len(got) != 0 {
+		t.Errorf("bridges left after prune: %v", got)
+	}
+}

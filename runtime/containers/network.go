@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strconv"
 
@@ -26,6 +27,8 @@ type Network interface {
 	// Settings are the container's published ports and networks as
 	// inspect shows them.
 	Settings(containerID string, configured map[string]*network.EndpointSettings, exposed network.PortSet) (network.PortMap, map[string]*network.EndpointSettings)
+	// Resolve names a network by ID, name or ID prefix.
+	Resolve(ref string) (id, name string, err error)
 }
 
 // configureNetwork resolves a create request's networks. Callers own hc.
@@ -123,4 +126,66 @@ func (m *Manager) IsRunning(id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.run != nil
+}
+
+// Connect adds a network to a container that is not running. A VM gets
+// its interfaces when it boots (the VMM contract has no NIC hot-plug), so
+// a running container is refused rather than silently left unconnected.
+func (m *Manager) Connect(ctx context.Context, ref, netRef string, cfg *network.EndpointSettings) error {
+	if m.net == nil {
+		return errdefs.ErrNotImplemented.WithMessage("this daemon has no networks")
+	}
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	_, name, err := m.net.Resolve(netRef)
+	if err != nil {
+		return err
+	}
+	eps, err := m.net.Configure(name, map[string]*network.EndpointSettings{name: cfg})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run != nil {
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("husk cannot connect running container %s to a network: its VM gets its interfaces at boot; stop it, connect, and start it again", c.rec.Name))
+	}
+	if _, ok := c.rec.Networks[name]; ok {
+		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("endpoint with name %s already exists in network %s", c.rec.Name, name))
+	}
+	if _, none := c.rec.Networks[husknet.NoneName]; none || name == husknet.NoneName && len(c.rec.Networks) > 0 {
+		return errdefs.ErrPermissionDenied.WithMessage("container cannot be disconnected from network none and connected to other networks")
+	}
+	if c.rec.Networks == nil {
+		c.rec.Networks = map[string]*network.EndpointSettings{}
+	}
+	c.rec.Networks[name] = eps[name]
+	return c.save()
+}
+
+// Disconnect removes a network from a container that is not running.
+func (m *Manager) Disconnect(ctx context.Context, ref, netRef string, force bool) error {
+	if m.net == nil {
+		return errdefs.ErrNotImplemented.WithMessage("this daemon has no networks")
+	}
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	_, name, err := m.net.Resolve(netRef)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.rec.Networks[name]; !ok {
+		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("container %s is not connected to network %s", c.rec.ID, name))
+	}
+	if c.run != nil {
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("husk cannot disconnect running container %s from a network: stop it first", c.rec.Name))
+	}
+	delete(c.rec.Networks, name)
+	return c.save()
 }

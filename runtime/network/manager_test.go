@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -89,7 +90,7 @@ func testManager(t *testing.T, root string, l *fakeLinks) *Manager {
 	if err := os.WriteFile(resolv, []byte("nameserver 10.255.255.53\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := newManager(Options{Root: root, BridgeIP: netip.MustParsePrefix("127.77.0.1/16"), ResolvConf: resolv}, l, &fakeFirewall{})
+	m, err := newManager(Options{Root: root, BridgeIP: netip.MustParsePrefix("127.77.0.1/16"), ResolvConf: resolv, Logger: slog.New(slog.DiscardHandler)}, l, &fakeFirewall{})
 	if err != nil {
 		t.Fatal(err)
 	}
