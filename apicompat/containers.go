@@ -199,7 +199,7 @@ func (s *server) inspectContainer(ctx context.Context, w http.ResponseWriter, _ 
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, resp)
+	return writeJSON(w, http.StatusOK, inspectBody(ctx, resp))
 }
 
 func (s *server) listContainers(ctx context.Context, w http.ResponseWriter, r *http.Request, _ map[string]string) error {

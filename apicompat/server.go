@@ -20,7 +20,9 @@ type Config struct {
 	Images     Images
 	Containers Containers
 	System     System
-	Logger     *slog.Logger
+	// Networks may be nil: /networks then answers 501.
+	Networks Networks
+	Logger   *slog.Logger
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -117,6 +119,8 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/images/create", s.createImage)
 	s.handle(http.MethodPost, "/images/{name}/tag", s.tagImage)
 	s.handle(http.MethodDelete, "/images/{name}", s.removeImage)
+
+	s.initNetworkRoutes()
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

@@ -57,6 +57,8 @@ type suiteState struct {
 	DockerConfig string
 	Registry     string
 	DaemonLog    string
+	// Netns is the network namespace the daemon and registry run in.
+	Netns string
 	// Digests maps each test image's repository to the digest pushed.
 	Digests map[string]string
 }
@@ -231,6 +233,7 @@ func (w *world) setUp(ctx context.Context) error {
 		DockerConfig: filepath.Join(w.tmp, "docker-config"),
 		Registry:     w.registry.Host,
 		DaemonLog:    w.daemon.LogPath(),
+		Netns:        w.ns.Name,
 		Digests:      map[string]string{},
 	}
 	for repo, d := range digests {

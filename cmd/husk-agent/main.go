@@ -66,6 +66,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	a, err := agent.New(agent.Options{
 		Logger:      log,
 		Rootfs:      &agent.GuestRootfs{},
+		Network:     agent.ConfigureNetwork,
 		PowerOff:    agent.PowerOff,
 		ReapOrphans: pid1,
 	})

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/user"
 	"strconv"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/husk-vm/husk/runtime/network"
 )
 
 // Config is the daemon's configuration: flags over /etc/husk/daemon.json
@@ -27,6 +30,9 @@ type Config struct {
 	CPUs               int      `json:"cpus"`
 	UpperSize          int64    `json:"upper-size"`
 	Debug              bool     `json:"debug"`
+	// BridgeIP is the default bridge's gateway address and prefix length,
+	// dockerd's --bip.
+	BridgeIP string `json:"bip"`
 }
 
 func defaults() Config {
@@ -38,6 +44,7 @@ func defaults() Config {
 		MemoryMiB: 256,
 		CPUs:      1,
 		UpperSize: 16 << 30,
+		BridgeIP:  network.DefaultBridgeIP.String(),
 	}
 }
 
@@ -56,6 +63,7 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "cpus", Value: d.CPUs, Usage: "default guest vCPUs"},
 		&cli.Int64Flag{Name: "upper-size", Value: d.UpperSize, Usage: "apparent size in bytes of each container's writable disk"},
 		&cli.BoolFlag{Name: "debug", Aliases: []string{"D"}, Usage: "debug logging"},
+		&cli.StringFlag{Name: "bip", Value: d.BridgeIP, Usage: "default bridge's gateway address and subnet, ADDR/LEN"},
 	}
 }
 
@@ -91,8 +99,12 @@ func loadConfig(c *cli.Context) (Config, error) {
 	set("cpus", func() { cfg.CPUs = c.Int("cpus") })
 	set("upper-size", func() { cfg.UpperSize = c.Int64("upper-size") })
 	set("debug", func() { cfg.Debug = c.Bool("debug") })
+	set("bip", func() { cfg.BridgeIP = c.String("bip") })
 	if len(cfg.Hosts) == 0 {
 		return cfg, errors.New("no --host to listen on")
+	}
+	if _, err := netip.ParsePrefix(cfg.BridgeIP); err != nil {
+		return cfg, fmt.Errorf("--bip %q: want an address and prefix length like %s", cfg.BridgeIP, network.DefaultBridgeIP)
 	}
 	if cfg.MemoryMiB < 64 || cfg.CPUs < 1 {
 		return cfg, fmt.Errorf("--memory must be at least 64 and --cpus at least 1 (got %d, %d)", cfg.MemoryMiB, cfg.CPUs)

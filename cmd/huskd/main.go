@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/accel"
 	"github.com/husk-vm/husk/runtime/containers"
+	"github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/runtime/vmm/qemu"
 )
@@ -109,18 +111,30 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open image store: %w", err)
 	}
+	nets, err := network.New(network.Options{
+		Root: filepath.Join(cfg.Root, "network"), BridgeIP: netip.MustParsePrefix(cfg.BridgeIP), Logger: logger,
+	})
+	if err != nil {
+		return fmt.Errorf("open networks: %w", err)
+	}
 	mgr, err = containers.New(ctx, containers.Options{
 		Root: filepath.Join(cfg.Root, "containers"), Images: imageSource{images},
-		Disks: disks, Guest: guest, Logger: logger,
+		Disks: disks, Guest: guest, Network: nets, Logger: logger,
 	})
 	if err != nil {
 		return fmt.Errorf("open containers: %w", err)
 	}
 	mgr.Restore(ctx)
+	// After Restore: the containers whose VMs survived keep their TAPs,
+	// addresses and published ports; everything else is swept.
+	if err := nets.Start(ctx, mgr.IsRunning); err != nil {
+		return fmt.Errorf("start networks: %w", err)
+	}
 
 	handler := apicompat.New(apicompat.Config{
 		Images:     imageAPI{Service: images, disks: disks, log: logger},
 		Containers: mgr,
+		Networks:   networkAPI{Manager: nets, containers: mgr},
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, "qemu-system-x86_64")},
 		Logger:  logger,
@@ -149,6 +163,9 @@ func run(parent context.Context, cfg Config) error {
 	// without live-restore.
 	_ = srv.Shutdown(shutdownCtx)
 	mgr.Shutdown(shutdownCtx)
+	if err := nets.Close(shutdownCtx); err != nil {
+		logger.Warn("take networks down", "err", err)
+	}
 	for _, h := range cfg.Hosts {
 		_ = os.Remove(strings.TrimPrefix(h, "unix://"))
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/network"
 )
 
 // Inspect answers GET /containers/{id}/json.
@@ -40,7 +39,7 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 		HostConfig:      &hc,
 		Mounts:          []container.MountPoint{},
 		Config:          &cfg,
-		NetworkSettings: &container.NetworkSettings{Ports: network.PortMap{}, Networks: map[string]*network.EndpointSettings{}},
+		NetworkSettings: c.networkSettings(),
 	}, nil
 }
 
@@ -61,6 +60,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 	for _, c := range all {
 		c.mu.Lock()
 		rec := c.rec
+		netSettings := c.networkSettings()
 		c.mu.Unlock()
 		if !opts.All && !rec.State.Running && len(f["status"]) == 0 && len(f["exited"]) == 0 {
 			continue
@@ -71,13 +71,13 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 		out = append(out, container.Summary{
 			ID: rec.ID, Names: []string{"/" + rec.Name}, Image: rec.Image, ImageID: rec.ImageID,
 			Command: strings.TrimSpace(rec.Path + " " + strings.Join(rec.Args, " ")),
-			Created: rec.Created.Unix(), Ports: []container.PortSummary{}, Labels: labelsOf(rec.Config),
+			Created: rec.Created.Unix(), Ports: portSummaries(netSettings.Ports), Labels: labelsOf(rec.Config),
 			State: rec.State.Status, Status: statusText(rec.State, now),
 			HostConfig: struct {
 				NetworkMode string            `json:",omitempty"`
 				Annotations map[string]string `json:",omitempty"`
 			}{NetworkMode: string(rec.HostConfig.NetworkMode)},
-			NetworkSettings: &container.NetworkSettingsSummary{Networks: map[string]*network.EndpointSettings{}},
+			NetworkSettings: &container.NetworkSettingsSummary{Networks: netSettings.Networks},
 			Mounts:          []container.MountPoint{},
 		})
 	}

@@ -133,6 +133,24 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 		return nil, fmt.Errorf("create vm dir: %w", err)
 	}
 	c.rec.VMDir = vmDir
+	att, err := c.attachNetwork(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.detachNetwork(context.WithoutCancel(ctx))
+		}
+	}()
+	var nets []vmm.Net
+	setup := proto.SetupSpec{
+		Hostname: c.rec.Config.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
+		Hosts: hostsFile(c.rec.Config.Hostname),
+	}
+	if att != nil {
+		nets = att.Nets
+		setup.Hosts, setup.ResolvConf, setup.Network = att.Hosts, att.ResolvConf, att.Guest
+	}
 	g := m.guest
 	machine, err := g.Driver.Start(ctx, vmm.Config{
 		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
@@ -141,6 +159,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 			{Path: base, ReadOnly: true, Serial: baseSerial},
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
 		},
+		Nets: nets,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boot %s: %w", c.rec.ID[:12], err)
@@ -166,10 +185,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 		}
 	}()
 	cfg := c.rec.Config
-	if err := client.Setup(ctx, proto.SetupSpec{
-		Hostname: cfg.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
-		Hosts: hostsFile(cfg.Hostname),
-	}); err != nil {
+	if err := client.Setup(ctx, setup); err != nil {
 		return nil, fmt.Errorf("set up guest root: %w", err)
 	}
 	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
@@ -336,6 +352,7 @@ func (c *ctr) teardown(r *run) {
 	if err := r.machine.Cleanup(); err != nil {
 		c.m.log.Warn("vm cleanup", "id", c.rec.ID[:12], "err", err)
 	}
+	c.detachNetwork(ctx)
 }
 
 // recordStartFailure marks a container whose start failed as exited, with

@@ -71,7 +71,9 @@ type Options struct {
 	Images Images
 	Disks  Disks
 	Guest  Guest
-	Logger *slog.Logger
+	// Network connects containers to networks; nil gives them none.
+	Network Network
+	Logger  *slog.Logger
 }
 
 // Manager owns every container.
@@ -80,6 +82,7 @@ type Manager struct {
 	images Images
 	disks  Disks
 	guest  Guest
+	net    Network
 	log    *slog.Logger
 
 	mu     sync.Mutex
@@ -101,6 +104,9 @@ type Record struct {
 	State      container.State
 	// VMDir is where the VMM keeps its sockets while the container runs.
 	VMDir string
+	// Networks are the networks the container joins, by name, with the
+	// endpoint settings it was created or connected with.
+	Networks map[string]*network.EndpointSettings `json:",omitempty"`
 }
 
 const recordFile = "config.json"
@@ -114,7 +120,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, log: log,
+	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, log: log,
 		byID: map[string]*ctr{}, byName: map[string]*ctr{}}
 	entries, err := os.ReadDir(opts.Root)
 	if err != nil {
@@ -224,6 +230,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 		return resp, errdefs.ErrInvalidArgument.WithMessage("husk does not support a TTY (-t) yet")
 	}
 	name := strings.TrimPrefix(req.Name, "/")
+	nets, err := m.configureNetwork(hc, req.Networking)
+	if err != nil {
+		return resp, err
+	}
 
 	img, err := m.images.Resolve(ctx, req.Config.Image)
 	if err != nil {
@@ -272,7 +282,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	path, args := entrypointAndArgs(cfg)
 	rec := Record{
 		ID: id, Name: name, Created: time.Now().UTC(), Image: req.Config.Image, ImageID: img.ID,
-		Config: cfg, HostConfig: hc, Path: path, Args: args,
+		Config: cfg, HostConfig: hc, Path: path, Args: args, Networks: nets,
 		State: container.State{Status: container.StateCreated, StartedAt: zeroTime, FinishedAt: zeroTime},
 	}
 	c, err := m.newCtr(dir, rec)

@@ -48,6 +48,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Rootfs prepares the container root; required.
 	Rootfs Rootfs
+	// Network configures the guest's interfaces on OpSetup (see
+	// ConfigureNetwork). Nil ignores SetupSpec.Network: tests that run the
+	// agent on a host must not touch its interfaces.
+	Network func(ctx context.Context, spec *proto.NetworkSpec) error
 	// StateDir holds the agent's own files (the container's /etc/hosts,
 	// /etc/hostname, /etc/resolv.conf). Default /run/husk.
 	StateDir string
@@ -387,6 +391,11 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 	defer a.mu.Unlock()
 	if a.root != "" {
 		return nil
+	}
+	if a.opts.Network != nil && spec.Network != nil {
+		if err := a.opts.Network(ctx, spec.Network); err != nil {
+			return fmt.Errorf("setup: network: %w", err)
+		}
 	}
 	etcDir := filepath.Join(a.opts.StateDir, "etc")
 	if err := writeEtcFiles(etcDir, spec); err != nil {

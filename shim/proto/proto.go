@@ -117,6 +117,8 @@ type SetupSpec struct {
 	// ResolvConf is the content of the container's /etc/resolv.conf; when
 	// empty the image's own file is left in place.
 	ResolvConf string `json:"resolvConf,omitempty"`
+	// Network configures the guest's interfaces (network.go).
+	Network *NetworkSpec `json:"network,omitempty"`
 }
 
 // ProcessSpec follows the OCI runtime-spec Process.

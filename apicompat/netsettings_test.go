@@ -1,0 +1,53 @@
+package apicompat
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"testing"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+)
+
+func TestInspectBodyLegacyNetworkFields(t *testing.T) {
+	mac := network.HardwareAddr{0x02, 0x42, 10, 123, 0, 2}
+	resp := container.InspectResponse{ID: "x", NetworkSettings: &container.NetworkSettings{
+		Ports: network.PortMap{},
+		Networks: map[string]*network.EndpointSettings{"bridge": {
+			IPAddress: netip.MustParseAddr("10.123.0.2"), Gateway: netip.MustParseAddr("10.123.0.1"),
+			IPPrefixLen: 16, MacAddress: mac, EndpointID: "ep",
+		}},
+	}}
+	tests := []struct {
+		version string
+		wantIP  any
+	}{
+		{"1.50", "10.123.0.2"},
+		{"1.52", nil},
+	}
+	for _, tt := range tests {
+		ctx := context.WithValue(context.Background(), apiVersionKey{}, tt.version)
+		b, err := json.Marshal(inspectBody(ctx, resp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			ID              string `json:"Id"`
+			NetworkSettings map[string]any
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		ns := got.NetworkSettings
+		if got.ID != "x" || ns["IPAddress"] != tt.wantIP {
+			t.Errorf("API %s: Id %q, IPAddress %v; want %v", tt.version, got.ID, ns["IPAddress"], tt.wantIP)
+		}
+		if tt.wantIP != nil && (ns["Gateway"] != "10.123.0.1" || ns["MacAddress"] != "02:42:0a:7b:00:02" || ns["IPPrefixLen"] != 16.0 || ns["EndpointID"] != "ep") {
+			t.Errorf("API %s: legacy fields %v", tt.version, ns)
+		}
+		if _, ok := ns["Networks"]; !ok {
+			t.Errorf("API %s: no Networks", tt.version)
+		}
+	}
+}

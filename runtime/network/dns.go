@@ -1,0 +1,197 @@
+package network
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// dnsServers is huskd's DNS for user-defined networks: one server per
+// network on its gateway address, port 53, UDP and TCP. It answers A
+// queries for the names of the containers attached to that network (name,
+// aliases, short ID, hostname) and forwards everything else to the host's
+// nameservers, as dockerd's embedded DNS does from 127.0.0.11.
+//
+// It keeps its own table, updated on attach and detach, so a query never
+// waits for the manager's lock.
+type dnsServers struct {
+	log        *slog.Logger
+	resolvConf string
+
+	mu      sync.Mutex
+	servers map[string]*dnsServer                       // by network ID
+	names   map[string]map[string]map[string]netip.Addr // network ID → name → container ID → address
+}
+
+type dnsServer struct {
+	udp, tcp *dns.Server
+}
+
+func newDNSServers(m *Manager, log *slog.Logger) *dnsServers {
+	return &dnsServers{log: log, resolvConf: m.opts.ResolvConf,
+		servers: map[string]*dnsServer{}, names: map[string]map[string]map[string]netip.Addr{}}
+}
+
+// serve starts the server of one network on addr:53; a running one is
+// kept.
+func (d *dnsServers) serve(networkID string, addr netip.Addr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.servers[networkID]; ok {
+		return nil
+	}
+	hostPort := net.JoinHostPort(addr.String(), "53")
+	pc, err := net.ListenPacket("udp4", hostPort)
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp4", hostPort)
+	if err != nil {
+		pc.Close()
+		return err
+	}
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) { d.answer(networkID, w, r) })
+	s := &dnsServer{
+		udp: &dns.Server{PacketConn: pc, Handler: h},
+		tcp: &dns.Server{Listener: l, Handler: h},
+	}
+	for _, srv := range []*dns.Server{s.udp, s.tcp} {
+		go func() {
+			if err := srv.ActivateAndServe(); err != nil {
+				d.log.Debug("DNS server ended", "network", short(networkID), "err", err)
+			}
+		}()
+	}
+	d.servers[networkID] = s
+	return nil
+}
+
+func (d *dnsServers) stop(networkID string) {
+	d.mu.Lock()
+	s, ok := d.servers[networkID]
+	delete(d.servers, networkID)
+	d.mu.Unlock()
+	if ok {
+		s.shutdown()
+	}
+}
+
+func (s *dnsServer) shutdown() {
+	for _, srv := range []*dns.Server{s.udp, s.tcp} {
+		// Shutdown fails only for a server that never started; close its
+		// socket all the same.
+		if err := srv.Shutdown(); err != nil {
+			if srv.PacketConn != nil {
+				srv.PacketConn.Close()
+			}
+			if srv.Listener != nil {
+				srv.Listener.Close()
+			}
+		}
+	}
+}
+
+func (d *dnsServers) closeAll() {
+	d.mu.Lock()
+	servers := d.servers
+	d.servers = map[string]*dnsServer{}
+	d.mu.Unlock()
+	for _, s := range servers {
+		s.shutdown()
+	}
+}
+
+// add publishes a container's names on the networks of its endpoints.
+func (d *dnsServers) add(containerID string, eps []endpointRecord) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ep := range eps {
+		tbl := d.names[ep.NetworkID]
+		if tbl == nil {
+			tbl = map[string]map[string]netip.Addr{}
+			d.names[ep.NetworkID] = tbl
+		}
+		for _, n := range ep.DNSNames {
+			if tbl[n] == nil {
+				tbl[n] = map[string]netip.Addr{}
+			}
+			tbl[n][containerID] = ep.Addr
+		}
+	}
+}
+
+// remove withdraws a container's names.
+func (d *dnsServers) remove(containerID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, tbl := range d.names {
+		for n, owners := range tbl {
+			delete(owners, containerID)
+			if len(owners) == 0 {
+				delete(tbl, n)
+			}
+		}
+	}
+}
+
+func (d *dnsServers) lookup(networkID, name string) []netip.Addr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []netip.Addr
+	for _, a := range d.names[networkID][name] {
+		out = append(out, a)
+	}
+	return out
+}
+
+func (d *dnsServers) answer(networkID string, w dns.ResponseWriter, r *dns.Msg) {
+	if len(r.Question) != 1 {
+		m := new(dns.Msg)
+		m.SetRcode(r, dns.RcodeFormatError)
+		_ = w.WriteMsg(m)
+		return
+	}
+	q := r.Question[0]
+	name := strings.ToLower(strings.TrimSuffix(q.Name, "."))
+	addrs := d.lookup(networkID, name)
+	if len(addrs) > 0 {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Authoritative = true
+		m.RecursionAvailable = true
+		if q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY {
+			for _, a := range addrs {
+				m.Answer = append(m.Answer, &dns.A{
+					Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 600},
+					A:   net.IP(a.AsSlice()),
+				})
+			}
+		}
+		// Other types of a known name: an empty NOERROR answer, so
+		// resolvers asking AAAA first fall back to A.
+		_ = w.WriteMsg(m)
+		return
+	}
+	_ = w.WriteMsg(d.forward(r))
+}
+
+// forward asks the host's nameservers; SERVFAIL when none answers.
+func (d *dnsServers) forward(r *dns.Msg) *dns.Msg {
+	b, _ := os.ReadFile(d.resolvConf)
+	c := &dns.Client{Timeout: 2 * time.Second}
+	for _, ns := range parseResolvConf(string(b)).Nameservers {
+		resp, _, err := c.Exchange(r, net.JoinHostPort(ns, "53"))
+		if err == nil && resp != nil {
+			return resp
+		}
+	}
+	m := new(dns.Msg)
+	m.SetRcode(r, dns.RcodeServerFailure)
+	return m
+}

@@ -1,0 +1,140 @@
+package network
+
+import (
+	"bufio"
+	"net/netip"
+	"strings"
+)
+
+// defaultHosts is the start of every container's /etc/hosts, as dockerd
+// writes it.
+const defaultHosts = "127.0.0.1\tlocalhost\n" +
+	"::1\tlocalhost ip6-localhost ip6-loopback\n" +
+	"fe00::0\tip6-localnet\n" +
+	"ff00::0\tip6-mcastprefix\n" +
+	"ff02::1\tip6-allnodes\n" +
+	"ff02::2\tip6-allrouters\n"
+
+// hostsFile is a container's /etc/hosts in dockerd's order: the defaults,
+// the --add-host entries ("name:ip"), then the container's own address
+// with its hostname (none without a network).
+func hostsFile(hostname, domainname string, own netip.Addr, extra []string) string {
+	var b strings.Builder
+	b.WriteString(defaultHosts)
+	for _, e := range extra {
+		// --add-host host:ip; the address may itself hold colons (IPv6).
+		name, ip, ok := strings.Cut(e, ":")
+		if !ok {
+			continue
+		}
+		b.WriteString(ip + "\t" + name + "\n")
+	}
+	if own.IsValid() {
+		fqdn := hostname
+		if domainname != "" {
+			fqdn += "." + domainname
+		}
+		names := fqdn
+		if short, _, ok := strings.Cut(fqdn, "."); ok {
+			names = fqdn + " " + short
+		}
+		b.WriteString(own.String() + "\t" + names + "\n")
+	}
+	return b.String()
+}
+
+// resolvConfig is what a container's /etc/resolv.conf is made of.
+type resolvConfig struct {
+	Nameservers []string
+	Search      []string
+	Options     []string
+}
+
+// parseResolvConf reads the nameserver, search and options lines of a
+// resolv.conf; everything else is dropped, as dockerd does.
+func parseResolvConf(content string) resolvConfig {
+	var rc resolvConfig
+	sc := bufio.NewScanner(strings.NewReader(content))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") || strings.HasPrefix(f[0], ";") {
+			continue
+		}
+		switch f[0] {
+		case "nameserver":
+			rc.Nameservers = append(rc.Nameservers, f[1])
+		case "search", "domain":
+			rc.Search = f[1:]
+		case "options":
+			rc.Options = append(rc.Options, f[1:]...)
+		}
+	}
+	return rc
+}
+
+func (rc resolvConfig) String() string {
+	var b strings.Builder
+	if len(rc.Search) > 0 {
+		b.WriteString("search " + strings.Join(rc.Search, " ") + "\n")
+	}
+	for _, ns := range rc.Nameservers {
+		b.WriteString("nameserver " + ns + "\n")
+	}
+	if len(rc.Options) > 0 {
+		b.WriteString("options " + strings.Join(rc.Options, " ") + "\n")
+	}
+	return b.String()
+}
+
+// googleDNS is what dockerd falls back to when the host has no nameserver
+// a container could reach.
+var googleDNS = []string{"8.8.8.8", "8.8.4.4"}
+
+// bridgeResolvConf is the resolv.conf of a container on the default bridge:
+// the host's, without loopback nameservers (they would be the guest's own
+// loopback), or Google's when none are left; --dns, --dns-search and
+// --dns-option replace the corresponding parts.
+func bridgeResolvConf(host string, dns, search, options []string) string {
+	rc := parseResolvConf(host)
+	var kept []string
+	for _, ns := range rc.Nameservers {
+		a, err := netip.ParseAddr(ns)
+		if err != nil || a.IsLoopback() || a.Is6() {
+			continue
+		}
+		kept = append(kept, ns)
+	}
+	rc.Nameservers = kept
+	if len(rc.Nameservers) == 0 {
+		rc.Nameservers = googleDNS
+	}
+	applyDNSFlags(&rc, dns, search, options)
+	return rc.String()
+}
+
+// embeddedResolvConf is the resolv.conf of a container on a user-defined
+// network: huskd's DNS server on the network's gateway (dockerd uses
+// 127.0.0.11 inside the container's netns; a VM has no such shortcut), the
+// host's search domains and ndots:0, as dockerd writes it.
+func embeddedResolvConf(host string, server netip.Addr, search, options []string) string {
+	rc := parseResolvConf(host)
+	rc.Nameservers = []string{server.String()}
+	rc.Options = []string{"ndots:0"}
+	applyDNSFlags(&rc, nil, search, options)
+	return rc.String()
+}
+
+func applyDNSFlags(rc *resolvConfig, dns, search, options []string) {
+	if len(dns) > 0 {
+		rc.Nameservers = dns
+	}
+	if len(search) > 0 {
+		rc.Search = search
+		if len(search) == 1 && search[0] == "." {
+			rc.Search = nil
+		}
+	}
+	if len(options) > 0 {
+		rc.Options = options
+	}
+}

@@ -1,0 +1,333 @@
+package network
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/network"
+)
+
+// userSubnetBits is the size of the subnets user-defined networks get
+// from the pool.
+const userSubnetBits = 24
+
+// Create makes a user-defined bridge network: its record, its bridge, its
+// DNS server and its firewall rules.
+func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (network.CreateResponse, error) {
+	if req.Name == "" {
+		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage("network name must not be empty")
+	}
+	switch req.Driver {
+	case "", driverBridge:
+	default:
+		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("husk supports only the bridge network driver, not %q", req.Driver))
+	}
+	if req.EnableIPv6 != nil && *req.EnableIPv6 {
+		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support IPv6 networks yet")
+	}
+	if req.ConfigOnly || req.ConfigFrom != nil && req.ConfigFrom.Network != "" || req.Ingress {
+		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support config-only, config-from or ingress networks")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := m.byNameLocked(req.Name); n != nil {
+		if n.rec.predefined() {
+			return network.CreateResponse{}, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("%s is a pre-defined network and cannot be created", req.Name))
+		}
+		return network.CreateResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("network with name %s already exists", req.Name))
+	}
+	subnet, gw, err := m.chooseSubnetLocked(req.IPAM)
+	if err != nil {
+		return network.CreateResponse{}, err
+	}
+	id, err := newID()
+	if err != nil {
+		return network.CreateResponse{}, err
+	}
+	rec := netRecord{
+		ID: id, Name: req.Name, Driver: driverBridge, Created: time.Now().UTC(),
+		Subnet: subnet, Gateway: gw, Bridge: bridgePrefix + "-" + id[:10],
+		Internal: req.Internal, Attachable: req.Attachable,
+		Labels: maps.Clone(req.Labels), Options: maps.Clone(req.Options),
+	}
+	if rec.Labels == nil {
+		rec.Labels = map[string]string{}
+	}
+	if rec.Options == nil {
+		rec.Options = map[string]string{}
+	}
+	st, err := newNetState(rec)
+	if err != nil {
+		return network.CreateResponse{}, err
+	}
+	if err := m.saveNetwork(rec); err != nil {
+		return network.CreateResponse{}, err
+	}
+	m.nets[id] = st
+	if err := m.bridgeUpLocked(st); err != nil {
+		m.dropNetworkLocked(st)
+		return network.CreateResponse{}, err
+	}
+	if err := m.programFirewallLocked(); err != nil {
+		m.dropNetworkLocked(st)
+		return network.CreateResponse{}, err
+	}
+	m.log.Info("network created", "name", rec.Name, "id", short(id), "subnet", subnet, "bridge", rec.Bridge)
+	return network.CreateResponse{ID: id}, nil
+}
+
+// chooseSubnetLocked takes the user's subnet and gateway, or the first
+// free /24 of the pool and its first address.
+func (m *Manager) chooseSubnetLocked(ipam *network.IPAM) (netip.Prefix, netip.Addr, error) {
+	if ipam != nil && ipam.Driver != "" && ipam.Driver != "default" {
+		return netip.Prefix{}, netip.Addr{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("husk supports only the default IPAM driver, not %q", ipam.Driver))
+	}
+	if ipam != nil && len(ipam.Config) > 1 {
+		return netip.Prefix{}, netip.Addr{}, errdefs.ErrInvalidArgument.WithMessage("husk supports one IPv4 subnet per network")
+	}
+	if ipam != nil && len(ipam.Config) == 1 && ipam.Config[0].Subnet.IsValid() {
+		c := ipam.Config[0]
+		subnet := c.Subnet
+		if !subnet.Addr().Is4() {
+			return netip.Prefix{}, netip.Addr{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support IPv6 networks yet")
+		}
+		if subnet != subnet.Masked() {
+			return netip.Prefix{}, netip.Addr{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid subnet %s : it should be %s", subnet, subnet.Masked()))
+		}
+		for _, n := range m.nets {
+			if n.rec.Subnet.IsValid() && n.rec.Subnet.Overlaps(subnet) {
+				return netip.Prefix{}, netip.Addr{}, errdefs.ErrPermissionDenied.WithMessage("Pool overlaps with other one on this address space")
+			}
+		}
+		gw := c.Gateway
+		if !gw.IsValid() {
+			gw = subnet.Addr().Next()
+		}
+		return subnet, gw, nil
+	}
+	base := m.opts.Pool.Masked()
+	for p := netip.PrefixFrom(base.Addr(), userSubnetBits); base.Contains(p.Addr()); p = netip.PrefixFrom(lastAddr(p).Next(), userSubnetBits) {
+		free := true
+		for _, n := range m.nets {
+			if n.rec.Subnet.IsValid() && n.rec.Subnet.Overlaps(p) {
+				free = false
+				break
+			}
+		}
+		if free {
+			return p, p.Addr().Next(), nil
+		}
+		if !lastAddr(p).Next().IsValid() {
+			break
+		}
+	}
+	return netip.Prefix{}, netip.Addr{}, errdefs.ErrUnavailable.WithMessage("could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network")
+}
+
+// dropNetworkLocked forgets a network and takes its host side down.
+func (m *Manager) dropNetworkLocked(n *netState) {
+	m.dns.stop(n.rec.ID)
+	if n.rec.Bridge != "" {
+		if err := m.links.deleteLink(n.rec.Bridge); err != nil {
+			m.log.Warn("delete bridge", "bridge", n.rec.Bridge, "err", err)
+		}
+	}
+	delete(m.nets, n.rec.ID)
+	if err := removeFile(m.netFile(n.rec.ID)); err != nil {
+		m.log.Warn("remove network record", "network", n.rec.Name, "err", err)
+	}
+}
+
+func (m *Manager) netFile(id string) string { return m.netDir() + "/" + id + ".json" }
+
+// Remove deletes a user-defined network no running container is on.
+func (m *Manager) Remove(ctx context.Context, ref string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, err := m.lookupLocked(ref)
+	if err != nil {
+		return err
+	}
+	if n.rec.predefined() {
+		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("%s is a pre-defined network and cannot be removed", n.rec.Name))
+	}
+	if m.endpointsLocked(n.rec.ID) > 0 {
+		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("error while removing network: network %s id %s has active endpoints", n.rec.Name, n.rec.ID))
+	}
+	m.dropNetworkLocked(n)
+	if err := m.programFirewallLocked(); err != nil {
+		return err
+	}
+	m.log.Info("network removed", "name", n.rec.Name, "id", short(n.rec.ID))
+	return nil
+}
+
+func (m *Manager) endpointsLocked(networkID string) int {
+	count := 0
+	for _, sb := range m.sandboxes {
+		for _, ep := range sb.rec.Endpoints {
+			if ep.NetworkID == networkID {
+				count++
+			}
+		}
+	}
+	return count
+}
+
+// Prune removes every user-defined network without endpoints that
+// matches filters (label, until) and returns their names.
+func (m *Manager) Prune(ctx context.Context, filters map[string][]string) ([]string, error) {
+	for k := range filters {
+		if k != "label" && k != "label!" && k != "until" {
+			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter '" + k + "'")
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var removed []string
+	for _, n := range m.sortedNets() {
+		if n.rec.predefined() || m.endpointsLocked(n.rec.ID) > 0 || !matchLabels(filters["label"], n.rec.Labels) {
+			continue
+		}
+		if excl := filters["label!"]; len(excl) > 0 && matchAnyLabel(excl, n.rec.Labels) {
+			continue
+		}
+		m.dropNetworkLocked(n)
+		removed = append(removed, n.rec.Name)
+	}
+	if len(removed) > 0 {
+		if err := m.programFirewallLocked(); err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
+// List answers GET /networks.
+func (m *Manager) List(ctx context.Context, filters map[string][]string) ([]network.Summary, error) {
+	for k := range filters {
+		switch k {
+		case "name", "id", "label", "driver", "type", "scope", "dangling":
+		default:
+			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter '" + k + "'")
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []network.Summary{}
+	for _, n := range m.sortedNets() {
+		if !m.matchLocked(n, filters) {
+			continue
+		}
+		out = append(out, network.Summary{Network: m.describeLocked(n)})
+	}
+	return out, nil
+}
+
+func (m *Manager) matchLocked(n *netState, f map[string][]string) bool {
+	anyOf := func(key string, ok func(string) bool) bool {
+		if len(f[key]) == 0 {
+			return true
+		}
+		for _, v := range f[key] {
+			if ok(v) {
+				return true
+			}
+		}
+		return false
+	}
+	return anyOf("name", func(v string) bool { return strings.Contains(n.rec.Name, v) }) &&
+		anyOf("id", func(v string) bool { return strings.HasPrefix(n.rec.ID, v) }) &&
+		anyOf("driver", func(v string) bool { return n.rec.Driver == v }) &&
+		anyOf("scope", func(v string) bool { return v == "local" }) &&
+		anyOf("type", func(v string) bool {
+			return v == "builtin" && n.rec.predefined() || v == "custom" && !n.rec.predefined()
+		}) &&
+		anyOf("dangling", func(v string) bool {
+			dangling := !n.rec.predefined() && m.endpointsLocked(n.rec.ID) == 0
+			return (v == "true" || v == "1") == dangling
+		}) &&
+		matchLabels(f["label"], n.rec.Labels)
+}
+
+// matchLabels: every "k" or "k=v" must match.
+func matchLabels(want []string, have map[string]string) bool {
+	for _, w := range want {
+		k, v, hasValue := strings.Cut(w, "=")
+		got, ok := have[k]
+		if !ok || hasValue && got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func matchAnyLabel(want []string, have map[string]string) bool {
+	for _, w := range want {
+		if matchLabels([]string{w}, have) {
+			return true
+		}
+	}
+	return false
+}
+
+// Inspect answers GET /networks/{id}: the network and the running
+// containers on it.
+func (m *Manager) Inspect(ctx context.Context, ref string) (network.Inspect, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, err := m.lookupLocked(ref)
+	if err != nil {
+		return network.Inspect{}, err
+	}
+	out := network.Inspect{Network: m.describeLocked(n), Containers: map[string]network.EndpointResource{}}
+	for id, sb := range m.sandboxes {
+		for _, ep := range sb.rec.Endpoints {
+			if ep.NetworkID != n.rec.ID {
+				continue
+			}
+			mac, _ := parseMAC(ep.MAC)
+			out.Containers[id] = network.EndpointResource{
+				Name: sb.rec.Name, EndpointID: ep.EndpointID, MacAddress: mac,
+				IPv4Address: netip.PrefixFrom(ep.Addr, n.rec.Subnet.Bits()),
+			}
+		}
+	}
+	return out, nil
+}
+
+func (m *Manager) describeLocked(n *netState) network.Network {
+	nw := network.Network{
+		Name: n.rec.Name, ID: n.rec.ID, Created: n.rec.Created, Scope: "local", Driver: n.rec.Driver,
+		EnableIPv4: n.rec.Driver == driverBridge, Internal: n.rec.Internal, Attachable: n.rec.Attachable,
+		IPAM:    network.IPAM{Driver: "default", Config: []network.IPAMConfig{}},
+		Options: maps.Clone(n.rec.Options), Labels: maps.Clone(n.rec.Labels),
+	}
+	if n.rec.Subnet.IsValid() {
+		nw.IPAM.Config = append(nw.IPAM.Config, network.IPAMConfig{Subnet: n.rec.Subnet, Gateway: n.rec.Gateway})
+	}
+	if nw.Options == nil {
+		nw.Options = map[string]string{}
+	}
+	if nw.Labels == nil {
+		nw.Labels = map[string]string{}
+	}
+	return nw
+}
+
+// Resolve returns a network's ID and name, for the API's connect and
+// disconnect.
+func (m *Manager) Resolve(ref string) (id, name string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, err := m.lookupLocked(ref)
+	if err != nil {
+		return "", "", err
+	}
+	return n.rec.ID, n.rec.Name, nil
+}

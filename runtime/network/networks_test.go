@@ -1,0 +1,105 @@
+package network
+
+import (
+	"context"
+	"net/netip"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/network"
+)
+
+func TestUserNetworks(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	links := newFakeLinks()
+	m := testManager(t, root, links)
+	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	a, err := m.Create(ctx, network.CreateRequest{Name: "a", Labels: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(ctx, network.CreateRequest{Name: "b", Internal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "a"}); !errdefs.IsConflict(err) || err.Error() != "network with name a already exists" {
+		t.Errorf("duplicate create: %v", err)
+	}
+	sub := netip.MustParsePrefix("10.124.0.128/25")
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "c", IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: sub}}}}); err == nil {
+		t.Error("an overlapping subnet was accepted")
+	}
+	ia, _ := m.Inspect(ctx, "a")
+	ib, _ := m.Inspect(ctx, b.ID[:6])
+	if got := ia.IPAM.Config[0]; got.Subnet.String() != "10.124.0.0/24" || got.Gateway.String() != "10.124.0.1" {
+		t.Errorf("a's IPAM = %+v", got)
+	}
+	if got := ib.IPAM.Config[0].Subnet.String(); got != "10.124.1.0/24" || !ib.Internal {
+		t.Errorf("b: subnet %s internal %v", got, ib.Internal)
+	}
+	want := []string{"husk-" + a.ID[:10], "husk-" + b.ID[:10], "husk0"}
+	sort.Strings(want)
+	if bridges := links.names(); strings.Join(bridges, " ") != strings.Join(want, " ") {
+		t.Errorf("bridges = %v, want %v", bridges, want)
+	}
+
+	nets, err := m.Configure("a", map[string]*network.EndpointSettings{"a": {Aliases: []string{"web"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := m.Attach(ctx, Request{ContainerID: ctrA, Name: "srv", Hostname: "aaaaaaaaaaaa", Networks: nets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if att.ResolvConf != "nameserver 10.124.0.1\noptions ndots:0\n" {
+		t.Errorf("resolv.conf on a user network = %q", att.ResolvConf)
+	}
+	for _, name := range []string{"srv", "web", "aaaaaaaaaaaa"} {
+		if got := m.dns.lookup(a.ID, name); len(got) != 1 || got[0].String() != "10.124.0.2" {
+			t.Errorf("DNS %s on a = %v", name, got)
+		}
+		if got := m.dns.lookup(b.ID, name); len(got) != 0 {
+			t.Errorf("DNS %s leaks onto b: %v", name, got)
+		}
+	}
+	if err := m.Remove(ctx, "a"); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "has active endpoints") {
+		t.Errorf("remove in use: %v", err)
+	}
+	if err := m.Remove(ctx, "bridge"); err == nil || err.Error() != "bridge is a pre-defined network and cannot be removed" {
+		t.Errorf("remove bridge: %v", err)
+	}
+	list, _ := m.List(ctx, map[string][]string{"label": {"k=v"}})
+	if len(list) != 1 || list[0].Name != "a" {
+		t.Errorf("list label=k=v: %+v", list)
+	}
+	pruned, err := m.Prune(ctx, nil)
+	if err != nil || strings.Join(pruned, ",") != "b" {
+		t.Errorf("prune = %v, %v; want only b (a is in use)", pruned, err)
+	}
+	if err := m.Detach(ctx, ctrA); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.dns.lookup(a.ID, "srv"); len(got) != 0 {
+		t.Errorf("DNS after detach: %v", got)
+	}
+	if err := m.Remove(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A restart sees only the predefined networks.
+	m2 := testManager(t, root, links)
+	list, _ = m2.List(ctx, nil)
+	if len(list) != 2 || list[0].Name != "bridge" || list[1].Name != "none" {
+		t.Errorf("networks after restart = %+v", list)
+	}
+	if err := m2.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if got := links.names(); strings.Join(got, " ") != "husk0" {
+		t.Errorf("links after removing every network = %v", got)
+	}
+}
