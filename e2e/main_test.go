@@ -28,6 +28,7 @@ const (
 	daemonEnv = "HUSK_E2E_DAEMON" // "huskd" (default) or "dockerd"
 	binDirEnv = "HUSK_BIN_DIR"    // prebuilt huskd + husk-agent; built from source if empty
 	keepEnv   = "HUSK_E2E_KEEP"   // "1" keeps the temp dir (logs, state) for inspection
+	chEnv     = "HUSK_CH_BINARY"  // a cloud-hypervisor binary: huskd runs its VMs under it, not QEMU
 
 	// Internal: how the supervising process talks to the test process.
 	roleEnv  = "HUSK_E2E_ROLE"
@@ -59,6 +60,8 @@ type suiteState struct {
 	DaemonLog    string
 	// Netns is the network namespace the daemon and registry run in.
 	Netns string
+	// VMM is the VMM huskd was started with ("qemu", "cloud-hypervisor").
+	VMM string
 	// Digests maps each test image's repository to the digest pushed.
 	Digests map[string]string
 }
@@ -146,6 +149,13 @@ func missingPrerequisites(kind harness.Kind) []string {
 	need := []string{"ip", "nsenter", "docker", harness.RegistryBinary, testimages.DefaultBusybox}
 	switch kind {
 	case harness.Huskd:
+		if ch := os.Getenv(chEnv); ch != "" {
+			need = append(need, ch)
+			if _, err := os.Stat("/dev/kvm"); err != nil {
+				missing = append(missing, fmt.Sprintf("/dev/kvm, which cloud-hypervisor (%s=%s) needs (%v)", chEnv, ch, err))
+			}
+		}
+		// QEMU is needed either way: --vmm auto calibrates with it.
 		need = append(need, "qemu-system-x86_64")
 		if os.Getenv(binDirEnv) == "" {
 			need = append(need, "go")
@@ -219,6 +229,7 @@ func (w *world) setUp(ctx context.Context) error {
 				return err
 			}
 		}
+		cfg.CHBinary = os.Getenv(chEnv)
 	}
 	daemonCtx, cancel := context.WithTimeout(ctx, daemonTimeout)
 	defer cancel()
@@ -236,6 +247,12 @@ func (w *world) setUp(ctx context.Context) error {
 		Netns:        w.ns.Name,
 		Digests:      map[string]string{},
 	}
+	if w.kind == harness.Huskd {
+		w.state.VMM = "qemu"
+		if cfg.CHBinary != "" {
+			w.state.VMM = "cloud-hypervisor"
+		}
+	}
 	for repo, d := range digests {
 		w.state.Digests[repo] = d.String()
 	}
@@ -243,8 +260,8 @@ func (w *world) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("docker CLI version: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "e2e: docker CLI %s (%s), daemon %s at %s, registry %s in netns %s, state in %s\n",
-		strings.TrimSpace(string(version)), cli, w.kind, w.daemon.Host(), w.registry.Host, w.ns.Name, w.tmp)
+	fmt.Fprintf(os.Stderr, "e2e: docker CLI %s (%s), daemon %s (vmm %q) at %s, registry %s in netns %s, state in %s\n",
+		strings.TrimSpace(string(version)), cli, w.kind, w.state.VMM, w.daemon.Host(), w.registry.Host, w.ns.Name, w.tmp)
 	return nil
 }
 

@@ -27,7 +27,9 @@ type wantedModule struct {
 // QEMU's pc machine and cloud-hypervisor, virtio-mmio for QEMU's microvm
 // machine, the block disks, the virtio-serial agent port, the
 // network, overlayfs for base+upper, vsock for cloud-hypervisor's agent
-// channel, and virtio-rng so early getrandom() does not block.
+// channel (vsock and vmw_vsock_virtio_transport_common come along as its
+// dependencies; a kernel without it still serves QEMU's virtio-serial
+// port), and virtio-rng so early getrandom() does not block.
 func guestModules() []wantedModule {
 	return []wantedModule{
 		{name: "virtio_pci"},
@@ -36,7 +38,7 @@ func guestModules() []wantedModule {
 		{name: "virtio_console"},
 		{name: "virtio_net"},
 		{name: "overlay"},
-		{name: "vmw_vsock_virtio_transport"},
+		{name: "vmw_vsock_virtio_transport", optional: true},
 		{name: "virtio_rng", optional: true},
 	}
 }

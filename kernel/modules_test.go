@@ -114,6 +114,19 @@ func TestResolve(t *testing.T) {
 			},
 		},
 		{
+			name: "optional vsock absent",
+			dep: strings.NewReplacer(
+				"kernel/net/vmw_vsock/vsock.ko:\n", "",
+				"kernel/net/vmw_vsock/vmw_vsock_virtio_transport_common.ko: kernel/net/vmw_vsock/vsock.ko\n", "",
+				"kernel/net/vmw_vsock/vmw_vsock_virtio_transport.ko: kernel/net/vmw_vsock/vmw_vsock_virtio_transport_common.ko kernel/net/vmw_vsock/vsock.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko\n", "",
+			).Replace(testDep),
+			want: []string{
+				"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci",
+				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
+				"virtio_rng",
+			},
+		},
+		{
 			name:    "required module missing",
 			dep:     strings.ReplaceAll(testDep, "kernel/fs/overlayfs/overlay.ko:\n", ""),
 			wantErr: "module overlay not in",

@@ -2,7 +2,8 @@
 
 // Command husk-agent is /init of every husk VM's initramfs: it boots the
 // guest and serves the host over the virtio-serial port named
-// proto.PortName. Build it static: CGO_ENABLED=0.
+// proto.PortName (QEMU) or vsock port proto.VsockPort (cloud-hypervisor).
+// Build it static: CGO_ENABLED=0.
 package main
 
 import (
@@ -74,12 +75,18 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	defer a.Close()
-	port, err := agent.FindSerialPort(ctx, proto.PortName)
-	if err != nil {
-		return err
+	// Serve the host over whichever channel this VMM gives: QEMU's
+	// virtio-serial port, or cloud-hypervisor's vsock. A port whose device
+	// is absent simply never yields a session.
+	serial := &agent.SerialListener{Name: proto.PortName}
+	defer serial.Close()
+	listeners := []agent.Listener{serial}
+	if vl, err := agent.ListenVsock(proto.VsockPort); err != nil {
+		log.Info("no vsock channel", "err", err)
+	} else {
+		defer vl.Close()
+		listeners = append(listeners, vl)
 	}
-	log.Info("serving host", "port", port)
-	l := &agent.SerialListener{Path: port}
-	defer l.Close()
-	return a.Serve(ctx, l)
+	log.Info("serving host", "serial_port", proto.PortName, "vsock_port", proto.VsockPort, "channels", len(listeners))
+	return a.Serve(ctx, agent.NewAnyListener(listeners...))
 }

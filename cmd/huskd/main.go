@@ -27,8 +27,6 @@ import (
 	"github.com/husk-vm/husk/runtime/accel"
 	"github.com/husk-vm/husk/runtime/containers"
 	"github.com/husk-vm/husk/runtime/network"
-	"github.com/husk-vm/husk/runtime/vmm"
-	"github.com/husk-vm/husk/runtime/vmm/qemu"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -63,10 +61,11 @@ func run(parent context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
 		return fmt.Errorf("create root %s: %w", cfg.Root, err)
 	}
-	driver, err := chooseVMM(cfg.VMM, logger)
-	if err != nil {
+	host := vmmHost()
+	if err := checkVMM(cfg.VMM, host); err != nil {
 		return err
 	}
+	qemuDriver := newQEMU(logger)
 	k, err := kernel.Find(cfg.Kernel)
 	if err != nil {
 		return fmt.Errorf("guest kernel: %w", err)
@@ -80,7 +79,7 @@ func run(parent context.Context, cfg Config) error {
 		return fmt.Errorf("build initramfs: %w", err)
 	}
 	guest := containers.Guest{
-		Driver: driver, Kernel: k.Path, Initramfs: initramfs,
+		Driver: qemuDriver, Kernel: k.Path, Initramfs: initramfs,
 		MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, UpperSize: cfg.UpperSize,
 		ReadyTimeout: 2 * time.Minute,
 	}
@@ -88,13 +87,18 @@ func run(parent context.Context, cfg Config) error {
 		guest.Cmdline = "husk.debug"
 	}
 	choice, err := accel.Choose(ctx, accel.Options{
-		Requested: cfg.Accel, Kernel: k.Path, Initramfs: initramfs,
+		Requested: accelRequest(cfg), Kernel: k.Path, Initramfs: initramfs,
 		CacheFile: filepath.Join(cfg.Root, "accel.json"), Boot: guest.BootToReady,
 	})
 	if err != nil {
 		return err
 	}
 	guest.Accel = choice.Accel
+	driver, decision, err := pickVMM(cfg.VMM, host, choice, qemuDriver, logger)
+	if err != nil {
+		return err
+	}
+	guest.Driver = driver
 	logger.Info("guest", "vmm", driver.Name(), "kernel", k.Path, "kernel_version", k.Version,
 		"initramfs", initramfs, "accel", choice.Accel, "accel_reason", choice.Reason)
 
@@ -136,7 +140,7 @@ func run(parent context.Context, cfg Config) error {
 		Containers: mgr,
 		Networks:   networkAPI{Manager: nets, containers: mgr},
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
-			vmmVersion: binaryVersion(ctx, "qemu-system-x86_64")},
+			vmmVersion: binaryVersion(ctx, decision.Binary)},
 		Logger:  logger,
 		Version: version,
 	})
@@ -179,16 +183,6 @@ func newLogger(debug bool) *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-}
-
-func chooseVMM(name string, logger *slog.Logger) (vmm.Driver, error) {
-	switch name {
-	case "", "auto", "qemu":
-		return qemu.New(qemu.Options{Logger: logger}), nil
-	case "cloud-hypervisor":
-		return nil, errors.New("--vmm cloud-hypervisor: the cloud-hypervisor driver is not built yet; use --vmm qemu")
-	}
-	return nil, fmt.Errorf("unknown --vmm %q: want auto, qemu or cloud-hypervisor", name)
 }
 
 // findAgent locates the static husk-agent binary: the flag, else beside

@@ -32,6 +32,10 @@ type DaemonConfig struct {
 	InsecureRegistries []string
 	// DockerCLI is the docker client used to check readiness.
 	DockerCLI string
+	// CHBinary, when set, makes huskd run its VMs under this
+	// cloud-hypervisor (--vmm cloud-hypervisor, on KVM) instead of QEMU
+	// under TCG (Huskd only).
+	CHBinary string
 }
 
 // Daemon is a running daemon under test, inside a namespace.
@@ -74,16 +78,22 @@ func (d *Daemon) command() (*exec.Cmd, error) {
 	}
 	switch d.cfg.Kind {
 	case Huskd:
-		args := []string{
+		vmm := []string{"--vmm", "qemu", "--accel", "tcg"}
+		if d.cfg.CHBinary != "" {
+			vmm = []string{"--vmm", "cloud-hypervisor", "--accel", "kvm"}
+		}
+		args := append([]string{
 			"--root", filepath.Join(d.cfg.Dir, "root"),
 			"--host", d.Host(),
-			"--vmm", "qemu",
-			"--accel", "tcg",
 			// Debug logs (the daemon's and each guest agent's console) are
 			// what a failing run is diagnosed from.
 			"--debug",
+		}, vmm...)
+		cmd := d.ns.Command(filepath.Join(d.cfg.BinDir, "huskd"), append(args, insecure...)...)
+		if d.cfg.CHBinary != "" {
+			cmd.Env = append(os.Environ(), "HUSK_CH_BINARY="+d.cfg.CHBinary)
 		}
-		return d.ns.Command(filepath.Join(d.cfg.BinDir, "huskd"), append(args, insecure...)...), nil
+		return cmd, nil
 	case Dockerd:
 		// An empty config file keeps the host's /etc/docker/daemon.json out;
 		// no bridge and no iptables keep dockerd from touching networking

@@ -142,6 +142,9 @@ func FindSerialPort(ctx context.Context, name string) (string, error) {
 // returns 0, which a session would take for the end of the stream.
 type SerialListener struct {
 	Path string
+	// Name, when Path is empty, is the port's name: Accept first waits
+	// for it to appear (under cloud-hypervisor it never does).
+	Name string
 	// Interval between checks for a host connection; default 50ms.
 	Interval time.Duration
 
@@ -158,6 +161,13 @@ func (l *SerialListener) Accept(ctx context.Context) (io.ReadWriteCloser, error)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.Path == "" {
+		p, err := FindSerialPort(ctx, l.Name)
+		if err != nil {
+			return nil, err
+		}
+		l.Path = p
+	}
 	for l.f == nil {
 		// O_NONBLOCK puts the port under the Go poller, so deadlines can
 		// interrupt a session stuck writing to an absent host.
