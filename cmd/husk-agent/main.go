@@ -68,6 +68,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		Rootfs:      &agent.GuestRootfs{},
 		PowerOff:    agent.PowerOff,
 		ReapOrphans: pid1,
+		Refresher:   agent.GuestRefresher{},
 	})
 	if err != nil {
 		return err
