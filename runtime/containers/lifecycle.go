@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,6 +54,9 @@ type run struct {
 	stdin   io.WriteCloser
 	// exited is closed once the exit is recorded and the VM is gone.
 	exited chan struct{}
+	// checkpointed is set when a checkpoint ends the run (Exit): the VM
+	// is killed on purpose and the exit is recorded as a kill, not a loss.
+	checkpointed atomic.Bool
 }
 
 type waiter struct {
@@ -253,6 +257,9 @@ func (c *ctr) monitor(r *run) {
 	c.mu.Lock()
 	code := status.Code
 	errMsg := ""
+	if waitErr != nil && r.checkpointed.Load() {
+		code, waitErr = checkpointExitCode, nil
+	}
 	if waitErr != nil {
 		// The agent or the VM is gone: the process's fate is unknown.
 		code = 255
