@@ -119,8 +119,10 @@ func run(parent context.Context, cfg Config) error {
 	mgr.Restore(ctx)
 
 	handler := apicompat.New(apicompat.Config{
-		Images:     imageAPI{Service: images, disks: disks, log: logger},
-		Containers: mgr,
+		Images:      imageAPI{Service: images, disks: disks, log: logger},
+		Containers:  mgr,
+		Checkpoints: mgr,
+		Forker:      mgr,
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, "qemu-system-x86_64")},
 		Logger:  logger,
