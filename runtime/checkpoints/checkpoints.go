@@ -238,36 +238,36 @@ func (d Dir) Open(name string) (*Checkpoint, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: unreadable manifest: %v: %w", name, err, errdefs.ErrDataLoss)
+		return nil, errdefs.ErrDataLoss.WithMessage(fmt.Sprintf("unreadable manifest: %v", err))
 	}
 	if m.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("checkpoint %s has format version %d; this husk reads version %d: %w", name, m.FormatVersion, FormatVersion, errdefs.ErrFailedPrecondition)
+		return nil, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("format version %d; this husk reads version %d", m.FormatVersion, FormatVersion))
 	}
 	return &Checkpoint{Dir: p, Manifest: m}, nil
 }
 
 // Verify checks that every file the manifest lists is there with its size
-// and digest. The error wraps errdefs.ErrDataLoss and names the first file
-// that differs.
+// and digest. The error is errdefs.ErrDataLoss naming the first file that
+// differs.
 func (c *Checkpoint) Verify(ctx context.Context) error {
 	for _, f := range c.Manifest.Files {
 		if !filepath.IsLocal(filepath.FromSlash(f.Path)) {
-			return fmt.Errorf("checkpoint %s lists a file outside it (%s): %w", c.Manifest.Name, f.Path, errdefs.ErrDataLoss)
+			return errdefs.ErrDataLoss.WithMessage(fmt.Sprintf("its manifest lists a file outside it (%s)", f.Path))
 		}
 		p := c.Path(f.Path)
 		st, err := os.Stat(p)
 		if err != nil {
-			return fmt.Errorf("checkpoint %s: %s is missing: %w", c.Manifest.Name, f.Path, errdefs.ErrDataLoss)
+			return errdefs.ErrDataLoss.WithMessage(fmt.Sprintf("%s is missing", f.Path))
 		}
 		if st.Size() != f.Size {
-			return fmt.Errorf("checkpoint %s: %s has %d bytes, the manifest says %d: %w", c.Manifest.Name, f.Path, st.Size(), f.Size, errdefs.ErrDataLoss)
+			return errdefs.ErrDataLoss.WithMessage(fmt.Sprintf("%s has %d bytes, its manifest says %d", f.Path, st.Size(), f.Size))
 		}
 		digest, _, err := Digest(ctx, p)
 		if err != nil {
 			return err
 		}
 		if digest != f.Digest {
-			return fmt.Errorf("checkpoint %s: %s does not match its digest (corrupt or modified): %w", c.Manifest.Name, f.Path, errdefs.ErrDataLoss)
+			return errdefs.ErrDataLoss.WithMessage(fmt.Sprintf("%s does not match its digest (corrupt or modified)", f.Path))
 		}
 	}
 	return nil

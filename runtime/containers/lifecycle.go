@@ -623,6 +623,12 @@ func (c *ctr) reattach(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reattach VMM: %w", err)
 	}
+	// A daemon killed mid-checkpoint left its VM paused (the driver also
+	// cancels a snapshot still under way). husk has no user-visible pause,
+	// so a running container's VM is always resumed.
+	if err := machine.Resume(ctx); err != nil {
+		c.m.log.Warn("resume reattached VM", "id", c.rec.ID[:12], "err", err)
+	}
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	client, err := connectAgent(readyCtx, machine)
