@@ -50,6 +50,17 @@ func forkCommand() *cli.Command {
 	}
 }
 
+// forkArgsFirst lets `husk fork CONTAINER --checkpoint X` be written as the
+// issue and docker's own commands put it: urfave/cli stops reading flags at
+// the first argument, so the container moves behind the flags.
+func forkArgsFirst(args []string) []string {
+	if len(args) < 4 || args[1] != "fork" || strings.HasPrefix(args[2], "-") {
+		return args
+	}
+	out := append([]string{args[0], args[1]}, args[3:]...)
+	return append(out, args[2])
+}
+
 // fork asks huskd at host for the forks and returns their names.
 func fork(ctx context.Context, host, ctr, checkpoint, dir string, n int) ([]string, error) {
 	path, ok := strings.CutPrefix(host, "unix://")

@@ -46,3 +46,16 @@ func TestFork(t *testing.T) {
 		t.Error("tcp host accepted")
 	}
 }
+
+func TestForkArgsFirst(t *testing.T) {
+	for in, want := range map[string]string{
+		"husk fork web --checkpoint cp -n 3": "husk fork --checkpoint cp -n 3 web",
+		"husk fork --checkpoint cp web":      "husk fork --checkpoint cp web",
+		"husk doctor --kernel k":             "husk doctor --kernel k",
+		"husk fork web":                      "husk fork web",
+	} {
+		if got := strings.Join(forkArgsFirst(strings.Fields(in)), " "); got != want {
+			t.Errorf("%q -> %q, want %q", in, got, want)
+		}
+	}
+}

@@ -36,7 +36,7 @@ func main() {
 			},
 		}, forkCommand()},
 	}
-	if err := app.Run(os.Args); err != nil {
+	if err := app.Run(forkArgsFirst(os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "husk:", err)
 		os.Exit(1)
 	}
