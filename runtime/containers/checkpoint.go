@@ -433,8 +433,6 @@ func (m *Manager) Fork(ctx context.Context, ref, name, dir string, n int) ([]For
 	src.mu.Lock()
 	req := CreateRequest{Config: cloneConfig(src.rec.Config), HostConfig: cloneHostConfig(src.rec.HostConfig)}
 	src.mu.Unlock()
-	// Each fork gets its own hostname in its record; the guest keeps the
-	// checkpointed one until networking re-addresses restores.
 	var forks []ForkResult
 	defer func() {
 		if err != nil {
@@ -479,9 +477,11 @@ func (m *Manager) Fork(ctx context.Context, ref, name, dir string, n int) ([]For
 	return forks, nil
 }
 
+// cloneConfig copies a fork's configuration, hostname included: the
+// restored guest runs with the hostname it was checkpointed with, and the
+// record should say what the guest says.
 func cloneConfig(cfg *container.Config) *container.Config {
 	out := *cfg
-	out.Hostname = ""
 	return &out
 }
 
