@@ -87,6 +87,9 @@ func (s *server) startContainer(ctx context.Context, w http.ResponseWriter, r *h
 	if err := parseForm(r); err != nil {
 		return err
 	}
+	if r.Form.Get("checkpoint") != "" {
+		return s.startFromCheckpoint(ctx, w, r, vars)
+	}
 	if err := s.cfg.Containers.Start(ctx, vars["name"]); err != nil {
 		return err
 	}

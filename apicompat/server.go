@@ -22,7 +22,10 @@ type Config struct {
 	System     System
 	// Networks may be nil: /networks then answers 501.
 	Networks Networks
-	Logger   *slog.Logger
+	// Checkpoints and Forker may be nil: their routes then answer 501.
+	Checkpoints Checkpoints
+	Forker      Forker
+	Logger      *slog.Logger
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -109,7 +112,11 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/containers/{name}/wait", s.waitContainer)
 	s.handle(http.MethodPost, "/containers/{name}/resize", s.resizeContainer)
 	s.handle(http.MethodPost, "/containers/{name}/attach", s.attachContainer)
+	s.handle(http.MethodGet, "/containers/{name}/checkpoints", s.listCheckpoints)
+	s.handle(http.MethodPost, "/containers/{name}/checkpoints", s.createCheckpoint)
+	s.handle(http.MethodDelete, "/containers/{name}/checkpoints/{checkpoint}", s.deleteCheckpoint)
 	s.handle(http.MethodDelete, "/containers/{name}", s.removeContainer)
+	s.handle(http.MethodPost, "/husk/containers/{name}/fork", s.forkContainer)
 
 	s.handle(http.MethodGet, "/images/json", s.listImages)
 	s.handle(http.MethodGet, "/images/get", s.saveImages)

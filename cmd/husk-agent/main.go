@@ -70,6 +70,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		Network:     agent.ConfigureNetwork,
 		PowerOff:    agent.PowerOff,
 		ReapOrphans: pid1,
+		Refresher:   agent.GuestRefresher{},
 	})
 	if err != nil {
 		return err

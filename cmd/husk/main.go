@@ -1,5 +1,6 @@
 // Command husk is the operator's CLI. `husk doctor` says which VMM, kernel
-// and accelerator huskd would use, why, and what is missing for the others.
+// and accelerator huskd would use, why, and what is missing for the others;
+// `husk fork` starts several containers from one checkpoint at once.
 package main
 
 import (
@@ -36,9 +37,9 @@ func main() {
 			Action: func(c *cli.Context) error {
 				return doctor(c.Context, os.Stdout, c.String("kernel"), c.String("root"), c.String("vmm"))
 			},
-		}},
+		}, forkCommand()},
 	}
-	if err := app.Run(os.Args); err != nil {
+	if err := app.Run(forkArgsFirst(os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "husk:", err)
 		os.Exit(1)
 	}

@@ -136,9 +136,11 @@ func run(parent context.Context, cfg Config) error {
 	}
 
 	handler := apicompat.New(apicompat.Config{
-		Images:     imageAPI{Service: images, disks: disks, log: logger},
-		Containers: mgr,
-		Networks:   networkAPI{Manager: nets, containers: mgr},
+		Images:      imageAPI{Service: images, disks: disks, log: logger},
+		Containers:  mgr,
+		Networks:    networkAPI{Manager: nets, containers: mgr},
+		Checkpoints: mgr,
+		Forker:      mgr,
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, decision.Binary)},
 		Logger:  logger,

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,6 +54,9 @@ type run struct {
 	stdin   io.WriteCloser
 	// exited is closed once the exit is recorded and the VM is gone.
 	exited chan struct{}
+	// checkpointed is set when a checkpoint ends the run (Exit): the VM
+	// is killed on purpose and the exit is recorded as a kill, not a loss.
+	checkpointed atomic.Bool
 }
 
 type waiter struct {
@@ -269,6 +273,9 @@ func (c *ctr) monitor(r *run) {
 	c.mu.Lock()
 	code := status.Code
 	errMsg := ""
+	if waitErr != nil && r.checkpointed.Load() {
+		code, waitErr = checkpointExitCode, nil
+	}
 	if waitErr != nil {
 		// The agent or the VM is gone: the process's fate is unknown.
 		code = 255
@@ -632,6 +639,12 @@ func (c *ctr) reattach(ctx context.Context) error {
 	machine, err := c.m.guest.Driver.Reattach(ctx, c.rec.VMDir)
 	if err != nil {
 		return fmt.Errorf("reattach VMM: %w", err)
+	}
+	// A daemon killed mid-checkpoint left its VM paused (the driver also
+	// cancels a snapshot still under way). husk has no user-visible pause,
+	// so a running container's VM is always resumed.
+	if err := machine.Resume(ctx); err != nil {
+		c.m.log.Warn("resume reattached VM", "id", c.rec.ID[:12], "err", err)
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

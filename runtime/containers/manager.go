@@ -88,6 +88,8 @@ type Manager struct {
 	mu     sync.Mutex
 	byID   map[string]*ctr
 	byName map[string]*ctr // name without the leading "/"
+
+	boot bootDigests // of the guest kernel and initramfs, for checkpoints
 }
 
 // Record is a container as persisted.
@@ -147,6 +149,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		if err != nil {
 			return nil, err
 		}
+		m.recoverFromCheckpointing(c)
 		m.byID[rec.ID] = c
 		m.byName[rec.Name] = c
 	}

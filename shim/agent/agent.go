@@ -43,7 +43,8 @@ func (d DirRootfs) Mount(context.Context, proto.SetupSpec) (string, error) { ret
 func (d DirRootfs) Unmount(context.Context) error { return nil }
 
 // Options configure an Agent. The zero value is what runs in the guest
-// except for Rootfs, PowerOff and ReapOrphans, which cmd/husk-agent sets.
+// except for Rootfs, PowerOff, ReapOrphans and Refresher, which
+// cmd/husk-agent sets.
 type Options struct {
 	Logger *slog.Logger
 	// Rootfs prepares the container root; required.
@@ -64,6 +65,10 @@ type Options struct {
 	// ReapOrphans makes the agent wait for every child, not only its own
 	// processes: PID 1 inherits all orphans and must reap them.
 	ReapOrphans bool
+	// Refresher sets the clock and reseeds the RNG on OpRefresh; nil
+	// refuses OpRefresh (tests run the agent on a host they must not
+	// touch). cmd/husk-agent sets GuestRefresher.
+	Refresher Refresher
 	// OutputLimit bounds the bytes held per output stream while no host
 	// stream takes them. Default 8 MiB.
 	OutputLimit int
@@ -299,6 +304,11 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return a.answerExit(sess, s, p)
 	case proto.OpShutdown:
 		return a.shutdown(ctx, s)
+	case proto.OpRefresh:
+		if err := a.refresh(req.Refresh); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{})
 	}
 
 	p := a.lookup(req.ID)

@@ -14,8 +14,8 @@
 // line, sent by the host. The agent answers with one Response line. What
 // follows depends on the Op:
 //
-//   - OpPing, OpSetup, OpSignal, OpResize, OpShutdown, OpForget: nothing; the
-//     agent closes the stream.
+//   - OpPing, OpSetup, OpSignal, OpResize, OpShutdown, OpForget, OpRefresh:
+//     nothing; the agent closes the stream.
 //   - OpStart: after the first Response (Pid set, or Error), the stream stays
 //     open; when the process exits the agent sends a second Response with
 //     Exit set and closes the stream.
@@ -68,6 +68,7 @@ type Request struct {
 	Process *ProcessSpec `json:"process,omitempty"`
 	Signal  int          `json:"signal,omitempty"`
 	Resize  *WindowSize  `json:"resize,omitempty"`
+	Refresh *RefreshSpec `json:"refresh,omitempty"`
 }
 
 // Response is the agent's answer line.

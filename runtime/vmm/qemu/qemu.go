@@ -11,6 +11,7 @@
 //	qmp.sock     QMP monitor (server; one client at a time)
 //	agent.sock   the agent channel (server; one client at a time)
 //	qemu.pid     pid of the QEMU process, written atomically after start
+//	layout.json  the VM's devices and sizes, which a snapshot records
 //	console.log  the guest's serial console
 //	qemu.log     QEMU's own stdout and stderr
 //
@@ -41,6 +42,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,6 +78,9 @@ const (
 // the console on the serial port, and an immediate reboot on panic, which
 // -no-reboot turns into QEMU exiting so a crashed guest does not linger.
 const baseCmdline = "console=ttyS0 panic=-1 quiet"
+
+// defaultMemoryMiB is the guest's memory when Config.MemoryMiB is 0.
+const defaultMemoryMiB = 256
 
 // virtio-blk serials are at most 20 bytes (VIRTIO_BLK_ID_BYTES); QEMU
 // would silently cut longer ones and the guest would not find its disk.
@@ -144,6 +149,16 @@ func (d *Driver) Name() string { return "qemu" }
 // Start implements vmm.Driver. It returns once QEMU answers query-status
 // on its monitor; the guest is still booting then.
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
+	m, err := d.launch(ctx, cfg, nil, "running")
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// launch starts QEMU for cfg with extra arguments appended and returns once
+// its monitor reports wantStatus. On error nothing is left running.
+func (d *Driver) launch(ctx context.Context, cfg vmm.Config, extra []string, wantStatus string) (*Machine, error) {
 	if err := validate(cfg); err != nil {
 		return nil, err
 	}
@@ -161,6 +176,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	if err != nil {
 		return nil, err
 	}
+	args = append(args, extra...)
 	dirFD, err := openDir(dir)
 	if err != nil {
 		return nil, err
@@ -170,9 +186,15 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 		dirFD.Close()
 		return nil, err
 	}
+	disks, err := openDisks(cfg)
+	if err != nil {
+		dirFD.Close()
+		return nil, err
+	}
 	out, err := os.OpenFile(filepath.Join(dir, outputLog), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		dirFD.Close()
+		closeAll(disks)
 		return nil, fmt.Errorf("create qemu log: %w", err)
 	}
 	// Not CommandContext: the VMM must outlive the request and the daemon.
@@ -180,9 +202,11 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	cmd.Dir = dir
 	cmd.Stdout = out
 	cmd.Stderr = out
+	cmd.ExtraFiles = disks
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	out.Close()
+	closeAll(disks)
 	if err != nil {
 		dirFD.Close()
 		return nil, fmt.Errorf("start qemu: %w", err)
@@ -191,13 +215,15 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	log.Debug("qemu started", "args", args)
 	m := newMachine(dir, dirFD, cmd.Process.Pid, log)
 	m.signal = func(sig syscall.Signal) error { return cmd.Process.Signal(sig) }
+	l := d.layoutOf(cfg)
+	m.layout = &l
 	go func() {
 		err := cmd.Wait()
 		log.Debug("qemu exited", "status", err)
 		m.exited()
 	}()
 
-	if err := m.afterStart(ctx); err != nil {
+	if err := m.afterStart(ctx, wantStatus); err != nil {
 		m.Kill()
 		m.Cleanup()
 		return nil, fmt.Errorf("start vm %s: %w", cfg.ID, err)
@@ -205,7 +231,16 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	return m, nil
 }
 
-func (m *Machine) afterStart(ctx context.Context) error {
+func (m *Machine) afterStart(ctx context.Context, wantStatus string) error {
+	// The layout first: a pid file is what Reattach trusts, and a
+	// reattached VM must still be able to take a snapshot.
+	b, err := json.Marshal(m.layout)
+	if err != nil {
+		return fmt.Errorf("encode vm layout: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(m.dir, layoutFile), b); err != nil {
+		return err
+	}
 	if err := writeFileAtomic(filepath.Join(m.dir, pidFile), []byte(strconv.Itoa(m.pid)+"\n")); err != nil {
 		return err
 	}
@@ -220,8 +255,8 @@ func (m *Machine) afterStart(ctx context.Context) error {
 	if err := q.Execute(ctx, "query-status", nil, &st); err != nil {
 		return err
 	}
-	if st.Status != "running" {
-		return fmt.Errorf("qemu status %q after start, want running", st.Status)
+	if st.Status != wantStatus {
+		return fmt.Errorf("qemu status %q after start, want %s", st.Status, wantStatus)
 	}
 	return nil
 }
@@ -316,7 +351,7 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 	}
 	mem := cfg.MemoryMiB
 	if mem == 0 {
-		mem = 256
+		mem = defaultMemoryMiB
 	}
 	cpus := max(cfg.CPUs, 1)
 	accel := []string{"-accel", "tcg", "-cpu", "max"}
@@ -352,18 +387,20 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 	if runAs != "" {
 		args = append(args, "-runas", runAs)
 	}
+	fd := firstDiskFD
 	for i, d := range cfg.Disks {
-		p, err := abs(d.Path)
-		if err != nil {
-			return nil, err
-		}
 		ro := "off"
 		if d.ReadOnly {
 			ro = "on"
 		}
+		set := i + 1
+		for range diskModes(d) {
+			args = append(args, "-add-fd", fmt.Sprintf("fd=%d,set=%d", fd, set))
+			fd++
+		}
 		id := fmt.Sprintf("disk%d", i)
 		args = append(args,
-			"-drive", "file="+optEscape(p)+",if=none,format=raw,id="+id+",readonly="+ro,
+			"-drive", fmt.Sprintf("file=/dev/fdset/%d,file.locking=off,if=none,format=raw,id=%s,readonly=%s", set, id, ro),
 			"-device", blk+",drive="+id+",serial="+optEscape(d.Serial),
 		)
 	}
@@ -388,6 +425,55 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 		"-device", "virtserialport,bus=vserial.0,chardev=agent,name="+proto.PortName,
 	)
 	return args, nil
+}
+
+// Disks reach QEMU as descriptors the daemon opened (-add-fd, then
+// file=/dev/fdset/N), never by path. QEMU runs as "nobody" and a snapshot
+// makes it reopen each writable disk read-only (it inactivates the disks
+// when the migration completes, and reactivates them on cont); a reopen
+// by path would be refused. Given a set holding one descriptor per access
+// mode, QEMU picks the one that fits instead of opening anything.
+//
+// QEMU's image locking is off (file.locking=off): its locks are OFD locks,
+// and a descriptor of the set keeps the locks of its open file description
+// after QEMU has switched to the other one, so the reactivated disk would
+// conflict with itself ("Failed to get write lock"). The runtime already
+// gives each writable disk to one VM at a time; the shared base is
+// read-only.
+const firstDiskFD = 3 // the first of exec.Cmd.ExtraFiles
+
+// diskModes are the access modes a disk's fd set holds, in order.
+func diskModes(d vmm.Disk) []int {
+	if d.ReadOnly {
+		return []int{os.O_RDONLY}
+	}
+	return []int{os.O_RDWR, os.O_RDONLY}
+}
+
+// openDisks opens every disk in every mode qemuArgs announced, in its order.
+func openDisks(cfg vmm.Config) (_ []*os.File, err error) {
+	var files []*os.File
+	defer func() {
+		if err != nil {
+			closeAll(files)
+		}
+	}()
+	for _, d := range cfg.Disks {
+		for _, mode := range diskModes(d) {
+			f, err := os.OpenFile(d.Path, mode, 0)
+			if err != nil {
+				return nil, fmt.Errorf("vm %s: open disk: %w", cfg.ID, err)
+			}
+			files = append(files, f)
+		}
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // optEscape quotes a value for QEMU's key=value,... option syntax, where
@@ -425,6 +511,12 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	log := d.log.With("dir", dir, "pid", pid)
 	m := newMachine(dir, dirFD, pid, log)
 	m.pidfd = pidfd
+	if b, err := os.ReadFile(filepath.Join(dir, layoutFile)); err == nil {
+		var l layout
+		if json.Unmarshal(b, &l) == nil {
+			m.layout = &l
+		}
+	}
 	m.signal = func(sig syscall.Signal) error { return unix.PidfdSendSignal(pidfd, sig, nil, 0) }
 	// Check the monitor before the exit waiter starts, so a failure here
 	// can close the pidfd without a goroutine still polling it.
@@ -509,7 +601,7 @@ func openDir(dir string) (*os.File, error) {
 }
 
 func removeRuntimeFiles(dir string) error {
-	for _, name := range []string{qmpSocket, agentSocket, pidFile} {
+	for _, name := range []string{qmpSocket, agentSocket, pidFile, layoutFile} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", name, err)
 		}
@@ -544,6 +636,9 @@ type Machine struct {
 	dirFD *os.File
 	// pidfd is set for reattached machines; -1 otherwise.
 	pidfd int
+	// layout is what a snapshot of this VM records; nil when a
+	// reattached VM's directory did not say.
+	layout *layout
 }
 
 var _ vmm.Machine = (*Machine)(nil)
@@ -677,11 +772,6 @@ func (m *Machine) Pause(ctx context.Context) error {
 	return m.qmpCommand(ctx, "stop")
 }
 
-// Resume implements vmm.Machine through QMP cont.
-func (m *Machine) Resume(ctx context.Context) error {
-	return m.qmpCommand(ctx, "cont")
-}
-
 func (m *Machine) qmpCommand(ctx context.Context, command string) error {
 	q, err := m.QMP(ctx)
 	if err != nil {
@@ -692,16 +782,6 @@ func (m *Machine) qmpCommand(ctx context.Context, command string) error {
 		return fmt.Errorf("qemu %d %s: %w", m.pid, command, err)
 	}
 	return nil
-}
-
-// Snapshot implements vmm.Machine.
-func (m *Machine) Snapshot(ctx context.Context, dir string) error {
-	return fmt.Errorf("qemu snapshot: %w", errdefs.ErrNotImplemented)
-}
-
-// Restore implements vmm.Driver.
-func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string) (vmm.Machine, error) {
-	return nil, fmt.Errorf("qemu restore: %w", errdefs.ErrNotImplemented)
 }
 
 // Version implements vmm.Driver: the first line of `qemu --version`.

@@ -60,9 +60,12 @@ func TestQEMUArgs(t *testing.T) {
 		{"-name", []string{"c1,,x,process=husk-c1,,x"}},
 		{"-append", []string{"console=ttyS0 panic=-1 quiet husk.debug=1"}},
 		{"-drive", []string{
-			"file=/images/base,,1.ext4,if=none,format=raw,id=disk0,readonly=on",
-			"file=/sandboxes/upper.ext4,if=none,format=raw,id=disk1,readonly=off",
+			"file=/dev/fdset/1,file.locking=off,if=none,format=raw,id=disk0,readonly=on",
+			"file=/dev/fdset/2,file.locking=off,if=none,format=raw,id=disk1,readonly=off",
 		}},
+		// The read-only disk has one descriptor, the writable one a
+		// read-write and a read-only one, in openDisks's order.
+		{"-add-fd", []string{"fd=3,set=1", "fd=4,set=2", "fd=5,set=2"}},
 		{"-qmp", []string{"unix:qmp.sock,server=on,wait=off"}},
 		{"-nic", []string{"none"}},
 	}

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // QMPError is an error reply from QEMU.
@@ -101,6 +104,17 @@ func (q *QMP) read() (*qmpMessage, error) {
 // Execute runs command with args (nil for none) and decodes its return
 // value into result (nil to discard it).
 func (q *QMP) Execute(ctx context.Context, command string, args, result any) error {
+	return q.execute(ctx, command, args, result, nil)
+}
+
+// ExecuteWithFile is Execute with f's descriptor passed along (SCM_RIGHTS),
+// as getfd and add-fd expect: QEMU takes a duplicate, so the caller still
+// owns and closes f.
+func (q *QMP) ExecuteWithFile(ctx context.Context, command string, args, result any, f *os.File) error {
+	return q.execute(ctx, command, args, result, f)
+}
+
+func (q *QMP) execute(ctx context.Context, command string, args, result any, f *os.File) error {
 	stop := q.bindContext(ctx)
 	defer stop()
 	q.nextID++
@@ -110,7 +124,7 @@ func (q *QMP) Execute(ctx context.Context, command string, args, result any) err
 		Arguments any    `json:"arguments,omitempty"`
 		ID        uint64 `json:"id"`
 	}{command, args, id}
-	if err := q.enc.Encode(req); err != nil {
+	if err := q.send(req, f); err != nil {
 		return fmt.Errorf("qmp %s: send: %w", command, ctxErr(ctx, err))
 	}
 	for {
@@ -135,6 +149,32 @@ func (q *QMP) Execute(ctx context.Context, command string, args, result any) err
 		}
 		return nil
 	}
+}
+
+// send writes one request line, with f's descriptor attached to it when f
+// is not nil. The descriptor rides on the whole line in one sendmsg, so
+// QEMU sees it with the command that names it.
+func (q *QMP) send(req any, f *os.File) error {
+	if f == nil {
+		return q.enc.Encode(req)
+	}
+	uc, ok := q.conn.(*net.UnixConn)
+	if !ok {
+		return errors.New("passing a file needs a unix socket")
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	n, oobn, err := uc.WriteMsgUnix(b, unix.UnixRights(int(f.Fd())), nil)
+	if err != nil {
+		return err
+	}
+	if n != len(b) || oobn == 0 {
+		return fmt.Errorf("short write passing a file (%d of %d bytes)", n, len(b))
+	}
+	return nil
 }
 
 // NextEvent returns the next event, waiting for one if none is queued.

@@ -2,7 +2,8 @@
 // integration test. As PID 1 it loads /husk/modules.order, mounts devtmpfs
 // and sysfs, finds the husk.agent virtio-serial port and the virtio-blk
 // serials, then answers the host: any line but "ping" gets
-// "ready vda=<serial>:ro vdb=<serial>:rw ...", "ping" gets "pong".
+// "ready vda=<serial>:ro vdb=<serial>:rw ...", "ping" gets "pong", and
+// "incr" increments a counter in memory and answers "count <n>".
 package main
 
 import (
@@ -64,6 +65,7 @@ func run() error {
 	// example between two DialAgent calls; the port itself stays usable,
 	// so wait a little and read again.
 	r := bufio.NewReader(f)
+	counter := 0
 	for {
 		line, err := r.ReadString('\n')
 		if err == io.EOF && line == "" {
@@ -73,8 +75,15 @@ func run() error {
 		if err != nil && err != io.EOF {
 			return fmt.Errorf("read port: %w", err)
 		}
-		reply := "pong"
-		if strings.TrimSpace(line) != "ping" {
+		var reply string
+		switch strings.TrimSpace(line) {
+		case "ping":
+			reply = "pong"
+		case "incr":
+			// Memory that must survive a snapshot and restore.
+			counter++
+			reply = fmt.Sprintf("count %d", counter)
+		default:
 			reply = "ready" + disks()
 		}
 		if _, err := fmt.Fprintln(f, reply); err != nil {

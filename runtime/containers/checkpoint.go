@@ -1,0 +1,573 @@
+package containers
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/checkpoint"
+	"github.com/moby/moby/api/types/container"
+
+	"github.com/husk-vm/husk/rootfs"
+	"github.com/husk-vm/husk/runtime/checkpoints"
+	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// Checkpoints are VM snapshots: the VMM's memory and device state, and a
+// copy of the upper disk taken while the VM is paused, so the two agree.
+// A checkpoint can be restored into its own container or, as a fork, into
+// any other container of the same image, as often and as concurrently as
+// wanted: every restore copies the disk and starts its own VMM.
+//
+// Files of a checkpoint (see package checkpoints for the manifest):
+//
+//	vm/          what the VMM driver's Snapshot wrote
+//	upper.ext4   the container's writable disk
+const (
+	checkpointVMDir = "vm"
+	checkpointUpper = "upper.ext4"
+	// checkpointsDir is where a container keeps its checkpoints when no
+	// --checkpoint-dir is given (as dockerd's <container>/checkpoints).
+	checkpointsDir = "checkpoints"
+	// checkpointExitCode is how a container stopped by a checkpoint
+	// exits: its VM is killed, as CRIU kills a checkpointed task.
+	checkpointExitCode = 137
+	// maxForks bounds one Fork call.
+	maxForks = 64
+	// restoreStaging and restorePrevious are the upper disk's names while
+	// a restore swaps it; recoverFromCheckpointing undoes a swap a dead
+	// daemon left half done.
+	restoreStaging  = upperFile + ".restore"
+	restorePrevious = upperFile + ".previous"
+)
+
+// checkpointDir is the directory of c's checkpoints: dir when given (a
+// host directory, as --checkpoint-dir), else the container's own.
+func (c *ctr) checkpointDir(dir string) checkpoints.Dir {
+	if dir != "" {
+		return checkpoints.Dir(dir)
+	}
+	return checkpoints.Dir(filepath.Join(c.dir, checkpointsDir))
+}
+
+// CheckpointCreate snapshots a running container into checkpoint
+// req.CheckpointID. With req.Exit the container then stops (state exited,
+// code 137); otherwise it resumes. Errors are dockerd's.
+func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoint.CreateRequest) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	r := c.run
+	if c.removed || r == nil || !c.rec.State.Running {
+		c.mu.Unlock()
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("container %s is not running", c.rec.ID))
+	}
+	if !checkpoints.ValidName(req.CheckpointID) {
+		c.mu.Unlock()
+		return errdefs.ErrUnknown.WithMessage(fmt.Sprintf("Invalid checkpoint ID (%s), only %s are allowed", req.CheckpointID, checkpoints.NameChars))
+	}
+	dir := c.checkpointDir(req.CheckpointDir)
+	if err := dir.Clean(); err != nil {
+		m.log.Warn("clean checkpoint dir", "dir", dir, "err", err)
+	}
+	if dir.Exists(req.CheckpointID) {
+		c.mu.Unlock()
+		return errdefs.ErrUnknown.WithMessage(fmt.Sprintf("cannot checkpoint container %s: checkpoint with name %s already exists for container %s", ref, req.CheckpointID, ref))
+	}
+	start := time.Now()
+	man, err := m.checkpoint(ctx, c, r, dir, req.CheckpointID)
+	if err != nil {
+		// The container goes on as it was.
+		if rerr := r.machine.Resume(context.WithoutCancel(ctx)); rerr != nil {
+			m.log.Error("resume after failed checkpoint", "id", c.rec.ID[:12], "err", rerr)
+		}
+		c.mu.Unlock()
+		if errdefs.IsAlreadyExists(err) {
+			return errdefs.ErrUnknown.WithMessage(fmt.Sprintf("cannot checkpoint container %s: checkpoint with name %s already exists for container %s", ref, req.CheckpointID, ref))
+		}
+		return fmt.Errorf("Cannot checkpoint container %s: %w", ref, err)
+	}
+	m.log.Info("checkpoint created", "id", c.rec.ID[:12], "checkpoint", man.Name, "dir", dir, "took", time.Since(start), "exit", req.Exit)
+	if !req.Exit {
+		err := r.machine.Resume(ctx)
+		c.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("resume %s after checkpoint: %w", ref, err)
+		}
+		return nil
+	}
+	r.checkpointed.Store(true)
+	killErr := r.machine.Kill()
+	c.mu.Unlock()
+	if killErr != nil {
+		return fmt.Errorf("stop %s after checkpoint: %w", ref, killErr)
+	}
+	// The API answers once the container shows as exited, as the CLI
+	// expects to see it right after.
+	select {
+	case <-r.exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkpoint writes the checkpoint with the VM paused. Callers hold c.mu
+// and resume the VM if it fails.
+func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoints.Dir, name string) (checkpoints.Manifest, error) {
+	g := m.guest
+	version, err := g.Driver.Version(ctx)
+	if err != nil {
+		return checkpoints.Manifest{}, err
+	}
+	kernel, initramfs, err := m.boot.get(g.Kernel, g.Initramfs)
+	if err != nil {
+		return checkpoints.Manifest{}, err
+	}
+	return dir.Create(ctx, name, func(tmp string) (checkpoints.Manifest, error) {
+		if err := r.machine.Pause(ctx); err != nil {
+			return checkpoints.Manifest{}, fmt.Errorf("pause: %w", err)
+		}
+		vmDir := filepath.Join(tmp, checkpointVMDir)
+		if err := os.Mkdir(vmDir, 0o700); err != nil {
+			return checkpoints.Manifest{}, err
+		}
+		t0 := time.Now()
+		if err := r.machine.Snapshot(ctx, vmDir); err != nil {
+			return checkpoints.Manifest{}, err
+		}
+		t1 := time.Now()
+		if err := rootfs.CopyDisk(ctx, filepath.Join(tmp, checkpointUpper), filepath.Join(c.dir, upperFile)); err != nil {
+			return checkpoints.Manifest{}, fmt.Errorf("copy upper disk: %w", err)
+		}
+		m.log.Debug("checkpoint files written", "id", c.rec.ID[:12], "snapshot", t1.Sub(t0), "disk", time.Since(t1))
+		return checkpoints.Manifest{
+			VMM:         checkpoints.VMM{Kind: g.Driver.Name(), Version: version},
+			Kernel:      kernel,
+			Initramfs:   initramfs,
+			ContainerID: c.rec.ID,
+			ImageID:     c.rec.ImageID,
+			Config:      c.rec.Config,
+			HostConfig:  c.rec.HostConfig,
+			MemoryMiB:   memoryMiB(c.rec.HostConfig, g.MemoryMiB),
+			CPUs:        cpus(c.rec.HostConfig, g.CPUs),
+		}, nil
+	})
+}
+
+// CheckpointList lists the complete checkpoints of a container, or those
+// in dir.
+func (m *Manager) CheckpointList(ctx context.Context, ref, dir string) ([]checkpoint.Summary, error) {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	d := c.checkpointDir(dir)
+	if dir != "" {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("checkpoint directory %q does not exist for container %s: %v", dir, ref, err))
+		}
+	}
+	mans, err := d.List()
+	if err != nil {
+		return nil, err
+	}
+	out := []checkpoint.Summary{}
+	for _, man := range mans {
+		out = append(out, checkpoint.Summary{Name: man.Name})
+	}
+	return out, nil
+}
+
+// CheckpointDelete removes a checkpoint of a container, or one in dir.
+func (m *Manager) CheckpointDelete(ctx context.Context, ref, name, dir string) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	err = c.checkpointDir(dir).Remove(name)
+	if errdefs.IsNotFound(err) {
+		return errdefs.ErrUnknown.WithMessage(fmt.Sprintf("checkpoint %s does not exist for container %s", name, ref))
+	}
+	return err
+}
+
+// StartCheckpoint starts a container from checkpoint name (of its own, or
+// in dir): the checkpoint is verified, its disk copied over the
+// container's, and its VM restored and resumed. A checkpoint that is
+// corrupt, incomplete or made under another VMM, kernel or image fails
+// with the reason, and the container is left as it was.
+func (m *Manager) StartCheckpoint(ctx context.Context, ref, name, dir string) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	ck, err := c.openCheckpoint(name, dir)
+	if err != nil {
+		return err
+	}
+	if err := ck.Verify(ctx); err != nil {
+		return unusable(name, err)
+	}
+	return c.startFrom(ctx, ref, ck)
+}
+
+// openCheckpoint finds a complete checkpoint, in dockerd's words when
+// there is none.
+func (c *ctr) openCheckpoint(name, dir string) (*checkpoints.Checkpoint, error) {
+	c.mu.Lock()
+	ctrName := c.rec.Name
+	c.mu.Unlock()
+	missing := errdefs.ErrUnknown.WithMessage(fmt.Sprintf("checkpoint %s does not exist for container /%s", name, ctrName))
+	if !checkpoints.ValidName(name) {
+		return nil, missing
+	}
+	ck, err := c.checkpointDir(dir).Open(name)
+	if errdefs.IsNotFound(err) {
+		return nil, missing
+	}
+	if err != nil {
+		return nil, unusable(name, err)
+	}
+	return ck, nil
+}
+
+// unusable words a checkpoint that exists but cannot be restored.
+func unusable(name string, err error) error {
+	return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("cannot restore checkpoint %s: %v", name, err))
+}
+
+// startFrom restores ck into c, whose checkpoint files are verified.
+func (c *ctr) startFrom(ctx context.Context, ref string, ck *checkpoints.Checkpoint) error {
+	m := c.m
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed {
+		return errdefs.ErrNotFound.WithMessage("No such container: " + ref)
+	}
+	if c.run != nil {
+		if c.rec.State.Running {
+			return errdefs.ErrNotModified.WithMessage("Container already started")
+		}
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is stopping", c.rec.ID))
+	}
+	if err := m.compatible(ctx, c, ck.Manifest); err != nil {
+		return unusable(ck.Manifest.Name, err)
+	}
+	start := time.Now()
+	r, err := c.restore(ctx, ck)
+	if err != nil {
+		return fmt.Errorf("restore %s from checkpoint %s: %w", ref, ck.Manifest.Name, err)
+	}
+	c.run = r
+	c.rec.State = container.State{
+		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
+		StartedAt: time.Now().UTC().Format(time.RFC3339Nano), FinishedAt: zeroTime,
+	}
+	if err := c.save(); err != nil {
+		m.log.Error("persist restored container", "id", c.rec.ID, "err", err)
+	}
+	c.hub.started(r.stdin)
+	go c.monitor(r)
+	m.log.Info("container restored", "id", c.rec.ID[:12], "checkpoint", ck.Manifest.Name, "from", ck.Manifest.ContainerID[:min(12, len(ck.Manifest.ContainerID))], "took", time.Since(start))
+	return nil
+}
+
+// compatible checks that ck can be restored into c under this daemon.
+func (m *Manager) compatible(ctx context.Context, c *ctr, man checkpoints.Manifest) error {
+	g := m.guest
+	version, err := g.Driver.Version(ctx)
+	if err != nil {
+		return err
+	}
+	kernel, initramfs, err := m.boot.get(g.Kernel, g.Initramfs)
+	if err != nil {
+		return err
+	}
+	mem, n := memoryMiB(c.rec.HostConfig, g.MemoryMiB), cpus(c.rec.HostConfig, g.CPUs)
+	switch {
+	case man.VMM.Kind != g.Driver.Name() || man.VMM.Version != version:
+		return fmt.Errorf("it was made by %s %s, this daemon runs %s %s", man.VMM.Kind, man.VMM.Version, g.Driver.Name(), version)
+	case man.Kernel != kernel:
+		return errors.New("it was made under another guest kernel")
+	case man.Initramfs != initramfs:
+		return errors.New("it was made with another guest initramfs (another husk-agent)")
+	case man.ImageID != c.rec.ImageID:
+		return fmt.Errorf("it is of image %s, the container of image %s", man.ImageID, c.rec.ImageID)
+	case man.MemoryMiB != mem || man.CPUs != n:
+		return fmt.Errorf("it has %d MiB and %d CPUs, the container %d MiB and %d CPUs", man.MemoryMiB, man.CPUs, mem, n)
+	}
+	return nil
+}
+
+// restore swaps ck's disk in, restores the VM and opens an agent session
+// on it. On error the container's own disk is back and nothing runs.
+// Callers hold c.mu.
+func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint) (_ *run, err error) {
+	m := c.m
+	layers, err := m.images.Layers(ctx, c.rec.ImageID)
+	if err != nil {
+		return nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
+	}
+	base, err := m.disks.EnsureBase(ctx, c.rec.ImageID, layers)
+	if err != nil {
+		return nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
+	}
+	upper := filepath.Join(c.dir, upperFile)
+	staging := filepath.Join(c.dir, restoreStaging)
+	previous := filepath.Join(c.dir, restorePrevious)
+	_ = os.Remove(staging)
+	if err := rootfs.CopyDisk(ctx, staging, ck.Path(checkpointUpper)); err != nil {
+		return nil, fmt.Errorf("copy checkpoint disk: %w", err)
+	}
+	defer os.Remove(staging)
+	if err := os.Rename(upper, previous); err != nil {
+		return nil, fmt.Errorf("set the container's disk aside: %w", err)
+	}
+	if err := os.Rename(staging, upper); err != nil {
+		_ = os.Rename(previous, upper)
+		return nil, fmt.Errorf("put the checkpoint's disk in place: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			if rerr := os.Rename(previous, upper); rerr != nil {
+				m.log.Error("put the container's disk back after a failed restore", "id", c.rec.ID[:12], "err", rerr)
+			}
+			return
+		}
+		_ = os.Remove(previous)
+		_ = syncDir(c.dir)
+	}()
+	if err := syncDir(c.dir); err != nil {
+		return nil, err
+	}
+
+	vmDir := filepath.Join(c.dir, "vm")
+	if err := os.MkdirAll(vmDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create vm dir: %w", err)
+	}
+	c.rec.VMDir = vmDir
+	g := m.guest
+	machine, err := g.Driver.Restore(ctx, vmm.Config{
+		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
+		MemoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), CPUs: cpus(c.rec.HostConfig, g.CPUs), Accel: g.Accel,
+		Disks: []vmm.Disk{
+			{Path: base, ReadOnly: true, Serial: baseSerial},
+			{Path: upper, Serial: upperSerial},
+		},
+	}, ck.Path(checkpointVMDir))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = machine.Kill()
+			_ = machine.Cleanup()
+		}
+	}()
+	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
+	defer cancel()
+	client, err := connectAgent(readyCtx, machine)
+	if err != nil {
+		return nil, fmt.Errorf("agent after restore: %w (console log: %s)", err, filepath.Join(vmDir, "console.log"))
+	}
+	defer func() {
+		if err != nil {
+			_ = client.Close()
+		}
+	}()
+	entropy := make([]byte, 64)
+	if _, err := rand.Read(entropy); err != nil {
+		return nil, fmt.Errorf("entropy for the guest: %w", err)
+	}
+	// Networking will re-address the guest here (RefreshSpec.Network).
+	if err := client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy}); err != nil {
+		return nil, fmt.Errorf("refresh guest clock and RNG: %w", err)
+	}
+	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}
+	if c.rec.Config.OpenStdin {
+		if r.stdin, err = r.proc.Stdin(ctx); err != nil {
+			return nil, fmt.Errorf("open stdin: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// ForkResult names one container Fork made.
+type ForkResult struct {
+	ID   string `json:"Id"`
+	Name string `json:"Name"`
+}
+
+// Fork creates n containers with the image and configuration of ref and
+// restores checkpoint name (of ref, or in dir) into all of them at once.
+// It is all or nothing: if any restore fails, every fork is removed.
+func (m *Manager) Fork(ctx context.Context, ref, name, dir string, n int) ([]ForkResult, error) {
+	if n < 1 || n > maxForks {
+		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("fork count %d out of range 1-%d", n, maxForks))
+	}
+	src, err := m.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := src.openCheckpoint(name, dir)
+	if err != nil {
+		return nil, err
+	}
+	// Verified once for all the restores that share it.
+	if err := ck.Verify(ctx); err != nil {
+		return nil, unusable(name, err)
+	}
+	src.mu.Lock()
+	req := CreateRequest{Config: cloneConfig(src.rec.Config), HostConfig: cloneHostConfig(src.rec.HostConfig)}
+	src.mu.Unlock()
+	var forks []ForkResult
+	defer func() {
+		if err != nil {
+			for _, f := range forks {
+				if rmErr := m.Remove(context.WithoutCancel(ctx), f.ID, RemoveOptions{Force: true}); rmErr != nil {
+					m.log.Error("remove fork after failure", "id", f.ID[:12], "err", rmErr)
+				}
+			}
+		}
+	}()
+	for range n {
+		resp, cerr := m.Create(ctx, req)
+		if cerr != nil {
+			err = fmt.Errorf("create fork: %w", cerr)
+			return nil, err
+		}
+		c, lerr := m.lookup(resp.ID)
+		if lerr != nil {
+			err = lerr
+			return nil, err
+		}
+		forks = append(forks, ForkResult{ID: resp.ID, Name: c.rec.Name})
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, f := range forks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, lerr := m.lookup(f.ID)
+			if lerr != nil {
+				errs[i] = lerr
+				return
+			}
+			errs[i] = c.startFrom(ctx, f.ID, ck)
+		}()
+	}
+	wg.Wait()
+	if err = errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("fork %s from checkpoint %s: %w", ref, name, err)
+	}
+	return forks, nil
+}
+
+// cloneConfig copies a fork's configuration, hostname included: the
+// restored guest runs with the hostname it was checkpointed with, and the
+// record should say what the guest says.
+func cloneConfig(cfg *container.Config) *container.Config {
+	out := *cfg
+	return &out
+}
+
+func cloneHostConfig(hc *container.HostConfig) *container.HostConfig {
+	if hc == nil {
+		return nil
+	}
+	out := *hc
+	return &out
+}
+
+// recoverFromCheckpointing tidies what a daemon killed during a checkpoint
+// or a restore of c left: temporary checkpoint directories (never listed,
+// now removed) and an upper disk set aside for a restore that never
+// finished (put back).
+func (m *Manager) recoverFromCheckpointing(c *ctr) {
+	if err := c.checkpointDir("").Clean(); err != nil {
+		m.log.Warn("clean checkpoints", "id", c.rec.ID[:12], "err", err)
+	}
+	upper := filepath.Join(c.dir, upperFile)
+	previous := filepath.Join(c.dir, restorePrevious)
+	if _, err := os.Stat(previous); err == nil {
+		if _, err := os.Stat(upper); errors.Is(err, os.ErrNotExist) {
+			if err := os.Rename(previous, upper); err != nil {
+				m.log.Error("put back the disk of an unfinished restore", "id", c.rec.ID[:12], "err", err)
+			}
+		} else {
+			// The restore got as far as the new disk: it had its VM.
+			_ = os.Remove(previous)
+		}
+	}
+	_ = os.Remove(filepath.Join(c.dir, restoreStaging))
+}
+
+// bootDigests caches the digests of the guest's kernel and initramfs,
+// which every checkpoint records and every restore compares; they are
+// recomputed when a file's size or modification time changes.
+type bootDigests struct {
+	mu                sync.Mutex
+	key               string
+	kernel, initramfs string
+}
+
+func (b *bootDigests) get(kernel, initramfs string) (string, string, error) {
+	key, err := statKey(kernel, initramfs)
+	if err != nil {
+		return "", "", err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if key == b.key {
+		return b.kernel, b.initramfs, nil
+	}
+	k, err := fileSHA256(kernel)
+	if err != nil {
+		return "", "", err
+	}
+	i, err := fileSHA256(initramfs)
+	if err != nil {
+		return "", "", err
+	}
+	b.key, b.kernel, b.initramfs = key, k, i
+	return k, i, nil
+}
+
+func statKey(paths ...string) (string, error) {
+	key := ""
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", fmt.Errorf("guest boot file: %w", err)
+		}
+		key += fmt.Sprintf("%s:%d:%d;", p, st.Size(), st.ModTime().UnixNano())
+	}
+	return key, nil
+}
+
+func fileSHA256(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("digest %s: %w", p, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("digest %s: %w", p, err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}

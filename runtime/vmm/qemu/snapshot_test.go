@@ -1,0 +1,208 @@
+package qemu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/husk-vm/husk/runtime/vmm"
+)
+
+func vmConfig(t *testing.T, env bootEnv, id string) vmm.Config {
+	t.Helper()
+	dir := t.TempDir()
+	return vmm.Config{
+		ID: id, Dir: dir, Kernel: env.kernel.Path, Initramfs: env.initramfs,
+		MemoryMiB: 256, CPUs: 1, Accel: "tcg",
+		Disks: []vmm.Disk{
+			{Path: disk(t, dir, "base.img"), ReadOnly: true, Serial: "husk-base"},
+			{Path: disk(t, dir, "upper.img"), Serial: "husk-upper"},
+		},
+	}
+}
+
+// say sends line to the guest's init over a fresh agent connection and
+// returns its answer.
+func say(t *testing.T, ctx context.Context, m vmm.Machine, line string) string {
+	t.Helper()
+	c, err := m.DialAgent(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reply, err := exchange(ctx, c, line)
+	if err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	return reply
+}
+
+func stopVM(m vmm.Machine) {
+	_ = m.Kill()
+	_ = m.Cleanup()
+}
+
+// TestSnapshotRestore boots a VM, counts in the guest's memory, takes a
+// snapshot while the host holds an agent connection, lets the original go
+// on, and restores the snapshot twice at once into new directories: each
+// copy continues from the snapshotted count on its own.
+func TestSnapshotRestore(t *testing.T) {
+	env := needBoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	drv := New(Options{Binary: env.qemu})
+
+	src := vmConfig(t, env, "snap-src")
+	m, err := drv.Start(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(m) })
+	if r := say(t, ctx, m, "hello"); !strings.HasPrefix(r, "ready") {
+		t.Fatalf("guest said %q", r)
+	}
+	for _, want := range []string{"count 1", "count 2"} {
+		if r := say(t, ctx, m, "incr"); r != want {
+			t.Fatalf("guest counted %q, want %q", r, want)
+		}
+	}
+
+	// The host is connected, as huskd is, while the snapshot is taken.
+	held, err := m.DialAgent(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap := t.TempDir()
+	start := time.Now()
+	if err := m.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	st, err := os.Stat(filepath.Join(snap, stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() == 0 {
+		t.Fatal("empty snapshot")
+	}
+	t.Logf("snapshot of a %d MiB guest: %d bytes in %v", src.MemoryMiB, st.Size(), took)
+	held.Close()
+
+	// The original goes on from where it was.
+	if err := m.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := say(t, ctx, m, "incr"); r != "count 3" {
+		t.Fatalf("original after resume: %q, want count 3", r)
+	}
+
+	var wg sync.WaitGroup
+	replies := make([][]string, 2)
+	errs := make([]error, 2)
+	machines := make([]vmm.Machine, 2)
+	cfgs := []vmm.Config{vmConfig(t, env, "snap-a"), vmConfig(t, env, "snap-b")}
+	start = time.Now()
+	for i := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			machines[i], errs[i] = drv.Restore(ctx, cfgs[i], snap)
+		}()
+	}
+	wg.Wait()
+	t.Logf("two concurrent restores, resumed: %v", time.Since(start))
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("restore %d: %v", i, err)
+		}
+		t.Cleanup(func() { stopVM(machines[i]) })
+	}
+	for i, rm := range machines {
+		replies[i] = []string{say(t, ctx, rm, "incr"), say(t, ctx, rm, "incr")}
+	}
+	for i, r := range replies {
+		if r[0] != "count 3" || r[1] != "count 4" {
+			t.Errorf("restore %d counted %q, want [count 3 count 4]", i, r)
+		}
+	}
+	if r := say(t, ctx, m, "incr"); r != "count 4" {
+		t.Errorf("original after the restores: %q, want count 4", r)
+	}
+
+	// A restored VM can itself be snapshotted and restored.
+	if err := machines[0].Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snap2 := t.TempDir()
+	if err := machines[0].Snapshot(ctx, snap2); err != nil {
+		t.Fatal(err)
+	}
+	again, err := drv.Restore(ctx, vmConfig(t, env, "snap-again"), snap2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(again) })
+	if r := say(t, ctx, again, "incr"); r != "count 5" {
+		t.Errorf("restore of a restore: %q, want count 5", r)
+	}
+}
+
+// TestRestoreRefuses checks that a snapshot restored into another layout,
+// or a damaged one, fails with a reason and leaves no QEMU behind.
+func TestRestoreRefuses(t *testing.T) {
+	env := needBoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	drv := New(Options{Binary: env.qemu})
+	m, err := drv.Start(ctx, vmConfig(t, env, "refuse-src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(m) })
+	say(t, ctx, m, "hello")
+	snap := t.TempDir()
+	if err := m.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	stopVM(m)
+
+	bigger := vmConfig(t, env, "refuse-mem")
+	bigger.MemoryMiB = 512
+	if _, err := drv.Restore(ctx, bigger, snap); err == nil || !strings.Contains(err.Error(), "laid out") {
+		t.Errorf("restore into 512 MiB: err = %v, want a layout mismatch", err)
+	}
+
+	damaged := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(snap, layoutFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(damaged, layoutFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state, err := os.ReadFile(filepath.Join(snap, stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(damaged, stateFile), state[:len(state)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := vmConfig(t, env, "refuse-cut")
+	if _, err := drv.Restore(ctx, cfg, damaged); err == nil {
+		t.Error("restore of a truncated snapshot succeeded")
+	} else {
+		t.Logf("truncated snapshot: %v", err)
+	}
+	for _, f := range []string{agentSocket, qmpSocket, pidFile} {
+		if _, err := os.Stat(filepath.Join(cfg.Dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s left after a failed restore (%v)", f, err)
+		}
+	}
+}
