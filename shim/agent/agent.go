@@ -295,6 +295,8 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return a.answerExit(sess, s, p)
 	case proto.OpShutdown:
 		return a.shutdown(ctx, s)
+	case proto.OpApplyLayer, proto.OpCutLayer:
+		return a.layerOp(ctx, s, req)
 	}
 
 	p := a.lookup(req.ID)
