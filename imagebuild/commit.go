@@ -9,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/moby/moby/api/types/image"
 )
 
 // LayerInfo describes one stored layer blob.
@@ -199,4 +202,43 @@ func (s *Service) parentLocked(id string) (*record, error) {
 		return nil, errNoParent
 	}
 	return p, nil
+}
+
+// parentsLocked is the set of images some other image was built from.
+// Caller holds s.mu.
+func (s *Service) parentsLocked() map[string]bool {
+	out := map[string]bool{}
+	for _, r := range s.images {
+		if r.Parent != "" {
+			out[r.Parent] = true
+		}
+	}
+	return out
+}
+
+// pruneParentsLocked deletes the chain of build parents starting at id
+// for as long as each is untagged, unused and nobody else's parent, as
+// dockerd's rmi does unless told noprune. Caller holds s.mu.
+func (s *Service) pruneParentsLocked(id string) []image.DeleteResponse {
+	var out []image.DeleteResponse
+	for id != "" {
+		r, ok := s.images[id]
+		if !ok || len(s.sortedRefsLocked(id)) > 0 || s.parentsLocked()[id] {
+			break
+		}
+		if s.opts.InUse != nil && len(s.opts.InUse(id)) > 0 {
+			break
+		}
+		if err := os.Remove(s.recordPath(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("remove parent image record", "id", id, "err", err)
+			break
+		}
+		delete(s.images, id)
+		out = append(out, image.DeleteResponse{Deleted: id})
+		for _, chain := range s.releaseLayersLocked(r) {
+			out = append(out, image.DeleteResponse{Deleted: chain})
+		}
+		id = r.Parent
+	}
+	return out
 }

@@ -156,3 +156,38 @@ func TestPushBuiltImageAndPullItBack(t *testing.T) {
 		t.Errorf("push of a missing tag: %v", err)
 	}
 }
+
+func TestBuildParentsHiddenAndPruned(t *testing.T) {
+	s := newService(t, "", nil)
+	ctx := context.Background()
+	parent, child := builtChain(t, s)
+	if err := s.Tag(ctx, child, "built", "1"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(ctx, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != child {
+		t.Errorf("images = %+v, want only the tagged child", list)
+	}
+	if all, _ := s.List(ctx, true, nil); len(all) != 3 {
+		t.Errorf("images -a lists %d, want 3", len(all))
+	}
+	resp, err := s.Remove(ctx, "built:1", false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, r := range resp {
+		if r.Deleted != "" {
+			deleted = append(deleted, r.Deleted)
+		}
+	}
+	if got := strings.Join(deleted, " "); !strings.HasPrefix(got, child+" ") || !strings.Contains(got, parent) {
+		t.Errorf("deleted %v, want the child and its untagged parents", deleted)
+	}
+	if all, _ := s.List(ctx, true, nil); len(all) != 0 {
+		t.Errorf("left %d images behind", len(all))
+	}
+}
