@@ -91,6 +91,9 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 	}
 	// Hold the blobs: an rmi during the push must not take them.
 	held := append(layerDigests(&rec), rec.Manifest)
+	if h, err := v1.NewHash(rec.ID); err == nil {
+		held = append(held, h)
+	}
 	s.lease(held...)
 	defer s.release(held...)
 
@@ -111,14 +114,14 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 	}
 	client, err := blobChecker(ctx, repo, authenticator(auth), rt)
 	if err != nil {
-		return translatePushError(ctx, err, t)
+		return translatePushError(ctx, err)
 	}
 	for i := len(rec.Layers) - 1; i >= 0; i-- {
 		l := rec.Layers[i]
 		id := shortID(l.DiffID.String())
 		exists, err := client.has(ctx, l.Digest)
 		if err != nil {
-			return translatePushError(ctx, err, t)
+			return translatePushError(ctx, err)
 		}
 		if exists {
 			out.send(jsonstream.Message{ID: id, Status: "Layer already exists", Progress: &jsonstream.Progress{}})
@@ -139,14 +142,14 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 		err = remote.WriteLayer(repo, layer, append(opts, remote.WithProgress(updates))...)
 		<-done
 		if err != nil {
-			return translatePushError(ctx, err, t)
+			return translatePushError(ctx, err)
 		}
 		out.send(jsonstream.Message{ID: id, Status: "Pushed", Progress: &jsonstream.Progress{}})
 	}
 	// Write finds the layers there, uploads the config and puts the
 	// manifest.
 	if err := remote.Write(rref, img, opts...); err != nil {
-		return translatePushError(ctx, err, t)
+		return translatePushError(ctx, err)
 	}
 	raw, err := img.RawManifest()
 	if err != nil {
@@ -254,7 +257,7 @@ func (c *blobClient) has(ctx context.Context, h v1.Hash) (bool, error) {
 }
 
 // translatePushError words registry failures as dockerd does for a push.
-func translatePushError(ctx context.Context, err error, named reference.Named) error {
+func translatePushError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
