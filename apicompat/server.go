@@ -25,7 +25,9 @@ type Config struct {
 	// Checkpoints and Forker may be nil: their routes then answer 501.
 	Checkpoints Checkpoints
 	Forker      Forker
-	Logger      *slog.Logger
+	// Builder serves POST /build; nil answers 501.
+	Builder Builder
+	Logger  *slog.Logger
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -128,6 +130,9 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodDelete, "/images/{name}", s.removeImage)
 
 	s.initNetworkRoutes()
+	s.handle(http.MethodGet, "/images/{name}/history", s.getImageHistory)
+	s.handle(http.MethodPost, "/images/{name}/push", s.pushImage)
+	s.handle(http.MethodPost, "/build", s.postBuild)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

@@ -83,6 +83,9 @@ type record struct {
 	Size        int64     `json:"size"`
 	Added       time.Time `json:"added"`
 	LastTagTime time.Time `json:"lastTagTime,omitzero"`
+	// Parent is the image a build step started from ("" for pulled and
+	// loaded images), which dockerd shows in history and inspect.
+	Parent string `json:"parent,omitempty"`
 
 	config *v1.ConfigFile
 }

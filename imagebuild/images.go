@@ -80,6 +80,7 @@ func (s *Service) List(ctx context.Context, all bool, filters map[string][]strin
 		}
 	}
 
+	parents := s.parentsLocked()
 	out := []image.Summary{}
 	for id, r := range s.images {
 		created := r.config.Created.Time
@@ -114,6 +115,10 @@ func (s *Service) List(ctx context.Context, all bool, filters map[string][]strin
 		}
 		if len(sum.RepoTags) == 0 && len(sum.RepoDigests) == 0 {
 			if (hasDangling && !danglingOnly) || hasRef {
+				continue
+			}
+			// As dockerd: a build's intermediate images show only with -a.
+			if !all && parents[id] {
 				continue
 			}
 		} else if danglingOnly && len(sum.RepoTags) > 0 {
@@ -413,6 +418,9 @@ func (s *Service) Remove(ctx context.Context, ref string, force, prune bool) ([]
 	records = append(records, image.DeleteResponse{Deleted: id})
 	for _, chain := range s.releaseLayersLocked(r) {
 		records = append(records, image.DeleteResponse{Deleted: chain})
+	}
+	if prune {
+		records = append(records, s.pruneParentsLocked(r.Parent)...)
 	}
 	return records, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,9 +16,11 @@ import (
 
 	"github.com/husk-vm/husk/apicompat"
 	"github.com/husk-vm/husk/imagebuild"
+	"github.com/husk-vm/husk/imagebuild/builder"
 	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/containers"
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // imageSource is the image store as the runtime sees it.
@@ -172,4 +175,22 @@ func osName() string {
 		}
 	}
 	return "Linux"
+}
+
+// buildSandboxes lets the Dockerfile builder boot build VMs.
+type buildSandboxes struct{ vms *containers.BuildVMs }
+
+func (b buildSandboxes) NewSandbox(ctx context.Context, baseImageID string) (builder.Sandbox, error) {
+	vm, err := b.vms.Start(ctx, baseImageID)
+	if err != nil {
+		return nil, err
+	}
+	return buildSandbox{vm}, nil
+}
+
+// buildSandbox is a build VM as the builder drives it.
+type buildSandbox struct{ *containers.BuildVM }
+
+func (s buildSandbox) Run(ctx context.Context, p builder.Process, stdout, stderr io.Writer) (int, error) {
+	return s.BuildVM.Run(ctx, proto.ProcessSpec{Args: p.Args, Env: p.Env, Cwd: p.Cwd, User: p.User}, stdout, stderr)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/husk-vm/husk/apicompat"
 	"github.com/husk-vm/husk/imagebuild"
+	"github.com/husk-vm/husk/imagebuild/builder"
 	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/accel"
@@ -135,12 +136,28 @@ func run(parent context.Context, cfg Config) error {
 		return fmt.Errorf("start networks: %w", err)
 	}
 
+	buildVMs, err := containers.NewBuildVMs(ctx, containers.BuildVMOptions{
+		Root: filepath.Join(cfg.Root, "builds", "vms"), Images: imageSource{images},
+		Disks: disks, Guest: guest, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	imageBuilder, err := builder.New(builder.Options{
+		Images: images, Sandboxes: buildSandboxes{buildVMs},
+		StateDir: filepath.Join(cfg.Root, "builds"), Logger: logger,
+	})
+	if err != nil {
+		return fmt.Errorf("open builder: %w", err)
+	}
+
 	handler := apicompat.New(apicompat.Config{
 		Images:      imageAPI{Service: images, disks: disks, log: logger},
 		Containers:  mgr,
 		Networks:    networkAPI{Manager: nets, containers: mgr},
 		Checkpoints: mgr,
 		Forker:      mgr,
+		Builder:     imageBuilder,
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, decision.Binary)},
 		Logger:  logger,

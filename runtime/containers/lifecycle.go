@@ -156,36 +156,22 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 		setup.Hosts, setup.ResolvConf, setup.Network = att.Hosts, att.ResolvConf, att.Guest
 	}
 	g := m.guest
-	machine, err := g.Driver.Start(ctx, vmm.Config{
-		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
-		MemoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), CPUs: cpus(c.rec.HostConfig, g.CPUs), Accel: g.Accel,
-		Disks: []vmm.Disk{
+	machine, client, err := g.startVM(ctx, vmSpec{
+		id: c.rec.ID[:12], dir: vmDir,
+		memoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), cpus: cpus(c.rec.HostConfig, g.CPUs),
+		disks: []vmm.Disk{
 			{Path: base, ReadOnly: true, Serial: baseSerial},
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
 		},
-		Nets: nets,
+		nets: nets,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("boot %s: %w", c.rec.ID[:12], err)
-	}
-	defer func() {
-		if err != nil {
-			_ = machine.Kill()
-			waitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = machine.Wait(waitCtx)
-			cancel()
-			_ = machine.Cleanup()
-		}
-	}()
-	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
-	defer cancel()
-	client, err := connectAgent(readyCtx, machine)
-	if err != nil {
-		return nil, fmt.Errorf("boot %s: %w (console log: %s)", c.rec.ID[:12], err, filepath.Join(vmDir, "console.log"))
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			_ = client.Close()
+			killVM(machine)
 		}
 	}()
 	cfg := c.rec.Config
@@ -338,27 +324,14 @@ func (c *ctr) pump(ctx context.Context, r *run, stream string) error {
 	return err
 }
 
-// teardown takes the VM down. The agent answers a shutdown only once the
-// container's disks are unmounted and synced, so from then on the VMM is
-// killed rather than left to emulate the guest's power-off; without an
-// answer it is killed all the same.
+// teardown closes the main process's stdin and takes the VM down.
 func (c *ctr) teardown(r *run) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	if r.stdin != nil {
 		_ = r.stdin.Close()
 	}
-	if err := r.client.Shutdown(ctx); err != nil {
-		c.m.log.Warn("guest shutdown", "id", c.rec.ID[:12], "err", err)
-	}
-	_ = r.client.Close()
-	_ = r.machine.Kill()
-	if err := r.machine.Wait(ctx); err != nil {
-		c.m.log.Error("VMM did not exit", "id", c.rec.ID[:12], "err", err)
-	}
-	if err := r.machine.Cleanup(); err != nil {
-		c.m.log.Warn("vm cleanup", "id", c.rec.ID[:12], "err", err)
-	}
+	stopVM(c.m.log, c.rec.ID[:12], r.machine, r.client)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	c.detachNetwork(ctx)
 }
 

@@ -309,6 +309,8 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			return err
 		}
 		return s.respond(proto.Response{})
+	case proto.OpApplyLayer, proto.OpCutLayer:
+		return a.layerOp(ctx, s, req)
 	}
 
 	p := a.lookup(req.ID)

@@ -1,0 +1,216 @@
+package apicompat
+
+import (
+	"bufio"
+	"bytes"
+	"compress/bzip2"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/moby/moby/api/pkg/authconfig"
+	"github.com/moby/moby/api/types/image"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/api/types/registry"
+	"github.com/ulikunitz/xz"
+
+	"github.com/husk-vm/husk/imagebuild/builder"
+)
+
+// Builder runs Dockerfile builds for POST /build.
+type Builder interface {
+	Build(ctx context.Context, opts builder.BuildOptions, out builder.Output) (string, error)
+}
+
+// imageHistory and imagePusher are what GET /images/{name}/history and
+// POST /images/{name}/push need of the image backend. They are optional:
+// a backend without them answers 501.
+type imageHistory interface {
+	History(ctx context.Context, ref string) ([]image.HistoryResponseItem, error)
+}
+
+type imagePusher interface {
+	// Push uploads repo:tag (every tag of repo when tag is "") and reports
+	// progress as dockerd does.
+	Push(ctx context.Context, repo, tag string, auth *registry.AuthConfig, progress func(jsonstream.Message)) error
+}
+
+// postBuild is POST /build, dockerd's classic builder endpoint: the body
+// is the context as a tar (plain, gzip, bzip2, xz or zstd); the answer is
+// the JSON stream the docker CLI prints.
+func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.Request, _ map[string]string) error {
+	if s.cfg.Builder == nil {
+		return errdefs.ErrNotImplemented.WithMessage("this daemon does not build images")
+	}
+	if err := parseForm(r); err != nil {
+		return err
+	}
+	if r.Form.Get("version") == "2" {
+		return errdefs.ErrInvalidArgument.WithMessage("buildkit is not supported by husk: use the classic builder (DOCKER_BUILDKIT=0)")
+	}
+	if remote := r.Form.Get("remote"); remote != "" {
+		return errdefs.ErrNotImplemented.WithMessage("remote build contexts are not supported: husk builds have no network")
+	}
+	opts := builder.BuildOptions{
+		Dockerfile:  r.Form.Get("dockerfile"),
+		Tags:        r.Form["t"],
+		Target:      r.Form.Get("target"),
+		NoCache:     boolValue(r, "nocache"),
+		Pull:        boolValue(r, "pull"),
+		Quiet:       boolValue(r, "q"),
+		ForceRemove: boolValue(r, "forcerm"),
+		Platform:    r.Form.Get("platform"),
+	}
+	// As dockerd: forcerm implies rm, and rm defaults to true.
+	opts.Remove = opts.ForceRemove || boolValueOrDefault(r, "rm", true)
+	if v := r.Form.Get("buildargs"); v != "" {
+		if err := json.Unmarshal([]byte(v), &opts.BuildArgs); err != nil {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("failed to parse buildargs: %v", err))
+		}
+	}
+	if v := r.Form.Get("labels"); v != "" {
+		if err := json.Unmarshal([]byte(v), &opts.Labels); err != nil {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("failed to parse labels: %v", err))
+		}
+	}
+	if p := opts.Platform; p != "" && p != "linux" && p != "linux/amd64" {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("%q: husk builds only linux/amd64 images", p))
+	}
+	opts.Auth = registryConfig(r.Header.Get("X-Registry-Config"))
+	body, err := decompressContext(r.Body)
+	if err != nil {
+		return err
+	}
+	opts.Context = body
+
+	w.Header().Set("Content-Type", "application/json")
+	out := &jsonProgress{w: w}
+	stream := func(s string) { out.write(jsonstream.Message{Stream: s}) }
+	if opts.Quiet {
+		stream = func(string) {}
+	}
+	id, err := s.cfg.Builder.Build(ctx, opts, builder.Output{
+		Stream: stream,
+		Aux: func(id string) {
+			raw := json.RawMessage(fmt.Sprintf(`{"ID":%q}`, id))
+			out.write(jsonstream.Message{Aux: &raw})
+		},
+		Progress: func(m jsonstream.Message) {
+			if !opts.Quiet {
+				out.write(m)
+			}
+		},
+	})
+	if err == nil && opts.Quiet {
+		out.write(jsonstream.Message{Stream: id + "\n"})
+	}
+	var exit *builder.ExitError
+	if errors.As(err, &exit) {
+		// The code lets the CLI exit with the command's status.
+		out.write(streamError{Detail: jsonstream.Error{Code: exit.Code, Message: err.Error()}, Error: err.Error()})
+		err = nil
+	}
+	return out.finish(err, false)
+}
+
+// registryConfig decodes X-Registry-Config (base64url JSON of registry
+// host → credentials); like dockerd, a header it cannot read means no
+// credentials.
+func registryConfig(h string) map[string]registry.AuthConfig {
+	if h == "" {
+		return nil
+	}
+	b, err := base64.URLEncoding.DecodeString(h)
+	if err != nil {
+		if b, err = base64.StdEncoding.DecodeString(h); err != nil {
+			return nil
+		}
+	}
+	var out map[string]registry.AuthConfig
+	if json.Unmarshal(b, &out) != nil {
+		return nil
+	}
+	return out
+}
+
+// decompressContext undoes the compressions dockerd accepts for a build
+// context, recognised by their magic numbers.
+func decompressContext(r io.Reader) (io.Reader, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, _ := br.Peek(6)
+	switch {
+	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("read build context: %v", err))
+		}
+		return zr, nil
+	case bytes.HasPrefix(head, []byte("BZh")):
+		return bzip2.NewReader(br), nil
+	case bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}):
+		xr, err := xz.NewReader(br)
+		if err != nil {
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("read build context: %v", err))
+		}
+		return xr, nil
+	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(br)
+		if err != nil {
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("read build context: %v", err))
+		}
+		return zr.IOReadCloser(), nil
+	}
+	return br, nil
+}
+
+// imageHistory is GET /images/{name}/history.
+func (s *server) getImageHistory(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error {
+	h, ok := s.cfg.Images.(imageHistory)
+	if !ok {
+		return errdefs.ErrNotImplemented.WithMessage("image history is not implemented")
+	}
+	items, err := h.History(ctx, vars["name"])
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, items)
+}
+
+// pushImage is POST /images/{name}/push.
+func (s *server) pushImage(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error {
+	p, ok := s.cfg.Images.(imagePusher)
+	if !ok {
+		return errdefs.ErrNotImplemented.WithMessage("push is not implemented")
+	}
+	if err := parseForm(r); err != nil {
+		return err
+	}
+	name, tag := vars["name"], r.Form.Get("tag")
+	named, err := reference.ParseNormalizedNamed(name)
+	if err != nil {
+		return errdefs.ErrInvalidArgument.WithMessage(err.Error())
+	}
+	if t, ok := named.(reference.Tagged); ok && tag == "" {
+		tag = t.Tag()
+	}
+	repo := reference.FamiliarName(named)
+	var auth *registry.AuthConfig
+	if h := r.Header.Get(registry.AuthHeader); h != "" {
+		if auth, err = authconfig.Decode(h); err != nil {
+			return err
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	out := &jsonProgress{w: w}
+	err = p.Push(ctx, repo, strings.TrimSpace(tag), auth, out.message)
+	return out.finish(err, false)
+}

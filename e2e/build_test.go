@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// writeContext creates a build context directory from name → content.
+func writeContext(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// dockerBuild runs `docker build` with the classic builder, which is all
+// this CLI has (no buildx); DOCKER_BUILDKIT=0 only makes that explicit.
+func dockerBuild(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, suite.DockerCLI, append([]string{"build"}, append(args, dir)...)...)
+	cmd.Env = append(dockerEnv(), "DOCKER_BUILDKIT=0")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
+	if ctx.Err() != nil {
+		t.Fatalf("docker build did not finish: stdout %q, stderr %q", res.Stdout, res.Stderr)
+	}
+	var exit *exec.ExitError
+	switch {
+	case errorsAs(err, &exit):
+		res.Code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("docker build: %v", err)
+	}
+	t.Logf("$ docker build %s\n  exit %d\n--- stdout\n%s--- stderr\n%s", strings.Join(args, " "), res.Code, res.Stdout, res.Stderr)
+	return res
+}
+
+func errorsAs(err error, target **exec.ExitError) bool {
+	e, ok := err.(*exec.ExitError)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// builtName is a repository name unique to the test.
+func builtName(t *testing.T) string {
+	return "husk-e2e/" + strings.ToLower(unsafeName.ReplaceAllString(t.Name(), "-"))
+}
+
+// removeImages removes refs when t ends, best effort.
+func removeImages(t *testing.T, refs ...string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, suite.DockerCLI, append([]string{"rmi", "-f"}, refs...)...)
+		cmd.Env = dockerEnv()
+		_ = cmd.Run()
+	})
+}
+
+var builtID = regexp.MustCompile(`(?m)^Successfully built ([0-9a-f]{12})$`)
+
+const multiStageDockerfile = `ARG BASE
+FROM $BASE AS build
+ARG MSG=hello
+WORKDIR /src
+COPY a.txt ./
+RUN echo "$MSG" > out.txt && cat a.txt
+FROM $BASE
+COPY --from=build /src/ /app/
+COPY --chown=app:app sub/ /app/sub/
+RUN rm /bin/vi && echo removed
+USER app
+EXPOSE 8080
+LABEL org.husk.build=yes
+CMD ["cat", "/app/out.txt"]
+`
+
+// TestBuildMultiStageRunPushPull builds a multi-stage Dockerfile (ARG
+// before FROM, COPY --from, .dockerignore, --chown, USER, EXPOSE, LABEL,
+// a RUN deleting a file of the base image), runs and inspects the result,
+// rebuilds it from the cache, pushes it to the registry and pulls it back
+// after removing it.
+func TestBuildMultiStageRunPushPull(t *testing.T) {
+	requireSuite(t)
+	base := pulled(t, testimages.Busybox)
+	repo := builtName(t)
+	tag := repo + ":1"
+	pushRef := suite.Registry + "/" + repo + ":v1"
+	removeImages(t, tag, pushRef)
+	dir := writeContext(t, map[string]string{
+		"Dockerfile":      multiStageDockerfile,
+		"a.txt":           "from a.txt\n",
+		"sub/b.txt":       "b\n",
+		"sub/ignored.txt": "must not be copied\n",
+		".dockerignore":   "sub/ignored.txt\n",
+	})
+
+	r := dockerBuild(t, dir, "--build-arg", "BASE="+base, "--build-arg", "MSG=bye", "-t", tag)
+	if r.Code != 0 {
+		t.Fatalf("build failed: exit %d", r.Code)
+	}
+	for _, want := range []string{
+		"Step 1/14 : ARG BASE\n",
+		"Step 2/14 : FROM $BASE AS build\n",
+		"Step 6/14 : RUN echo \"$MSG\" > out.txt && cat a.txt\n ---> Running in ",
+		"from a.txt\nRemoving intermediate container ",
+		"Step 10/14 : RUN rm /bin/vi && echo removed\n ---> Running in ",
+		"Successfully tagged " + tag + "\n",
+	} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("build output lacks %q", want)
+		}
+	}
+	m := builtID.FindStringSubmatch(r.Stdout)
+	if m == nil {
+		t.Fatalf("no \"Successfully built\" line")
+	}
+	id := m[1]
+
+	if got := mustDocker(t, "run", "--rm", tag); got != "bye\n" {
+		t.Errorf("run = %q, want the RUN's output file", got)
+	}
+	check := `test -e /bin/vi; echo vi=$?; ls /app /app/sub | tr '\n' ' '; echo; id -u; stat -c %U:%G /app/sub/b.txt; cat /app/a.txt`
+	want := "vi=1\n/app: a.txt out.txt sub  /app/sub: b.txt \n1000\napp:app\nfrom a.txt\n"
+	if got := mustDocker(t, "run", "--rm", tag, "sh", "-c", check); got != want {
+		t.Errorf("image contents:\n%s\nwant:\n%s", got, want)
+	}
+
+	var inspect []struct {
+		ID     string `json:"Id"`
+		Config struct {
+			User         string
+			ExposedPorts map[string]struct{}
+			Labels       map[string]string
+			Cmd          []string
+		}
+		RootFS struct{ Layers []string }
+	}
+	if err := json.Unmarshal([]byte(mustDocker(t, "image", "inspect", tag)), &inspect); err != nil || len(inspect) != 1 {
+		t.Fatalf("inspect: %v", err)
+	}
+	got := inspect[0]
+	if !strings.HasPrefix(got.ID, "sha256:"+id) || got.Config.User != "app" || got.Config.Labels["org.husk.build"] != "yes" ||
+		strings.Join(got.Config.Cmd, " ") != "cat /app/out.txt" {
+		t.Errorf("inspect = %+v", got)
+	}
+	if _, ok := got.Config.ExposedPorts["8080/tcp"]; !ok {
+		t.Errorf("ExposedPorts = %v, want 8080/tcp", got.Config.ExposedPorts)
+	}
+	// The base's layer, COPY --from, COPY and the RUN's.
+	if len(got.RootFS.Layers) != 4 {
+		t.Errorf("%d layers, want 4: %v", len(got.RootFS.Layers), got.RootFS.Layers)
+	}
+
+	hist := mustDocker(t, "history", "--no-trunc", "--format", "{{.ID}}|{{.CreatedBy}}", tag)
+	lines := strings.Split(strings.TrimSpace(hist), "\n")
+	if len(lines) < 8 || !strings.HasPrefix(lines[0], "sha256:"+id) ||
+		!strings.Contains(lines[0], "|/bin/sh -c #(nop)  CMD [") {
+		t.Errorf("history starts %q", lines[0])
+	}
+	for _, want := range []string{"|/bin/sh -c #(nop)  USER app", "|/bin/sh -c rm /bin/vi && echo removed", "|/bin/sh -c #(nop)  EXPOSE 8080"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("history lacks %q:\n%s", want, hist)
+		}
+	}
+
+	// The same build again is served from the cache, step by step.
+	r = dockerBuild(t, dir, "--build-arg", "BASE="+base, "--build-arg", "MSG=bye", "-t", tag)
+	if r.Code != 0 || strings.Contains(r.Stdout, "Running in") || !strings.Contains(r.Stdout, "Successfully built "+id+"\n") {
+		t.Errorf("rebuild did not come from the cache")
+	}
+	if n := strings.Count(r.Stdout, " ---> Using cache\n"); n != 11 {
+		t.Errorf("rebuild used the cache %d times, want 11", n)
+	}
+
+	// Push, forget, pull back.
+	mustDocker(t, "tag", tag, pushRef)
+	r = docker(t, "push", pushRef)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "The push refers to repository ["+suite.Registry+"/"+repo+"]\n") ||
+		!regexp.MustCompile(`(?m)^v1: digest: sha256:[0-9a-f]{64} size: \d+$`).MatchString(r.Stdout) {
+		t.Fatalf("push = %+v", r)
+	}
+	mustDocker(t, "rmi", tag, pushRef)
+	if r := docker(t, "image", "inspect", pushRef); r.Code == 0 {
+		t.Fatalf("image still present after rmi")
+	}
+	if r := docker(t, "pull", pushRef); r.Code != 0 || !strings.Contains(r.Stdout, "Status: Downloaded newer image for "+pushRef) {
+		t.Fatalf("pull back = %+v", r)
+	}
+	if got := mustDocker(t, "run", "--rm", pushRef); got != "bye\n" {
+		t.Errorf("run of the pulled image = %q", got)
+	}
+	if pulledID := strings.TrimSpace(mustDocker(t, "image", "inspect", "-f", "{{.Id}}", pushRef)); !strings.HasPrefix(pulledID, "sha256:"+id) {
+		t.Errorf("pulled image %s, pushed %s", pulledID, id)
+	}
+}
+
+// TestBuildFailingRun: a RUN that exits 7 fails the build with dockerd's
+// message, and the CLI exits 7.
+func TestBuildFailingRun(t *testing.T) {
+	requireSuite(t)
+	base := pulled(t, testimages.Busybox)
+	dir := writeContext(t, map[string]string{"Dockerfile": "FROM " + base + "\nRUN echo out; echo err >&2; exit 7\n"})
+	r := dockerBuild(t, dir)
+	if r.Code != 7 {
+		t.Errorf("exit %d, want 7", r.Code)
+	}
+	if !strings.Contains(r.Stdout, "Step 2/2 : RUN echo out; echo err >&2; exit 7\n ---> Running in ") || !strings.Contains(r.Stdout, "out\n") {
+		t.Errorf("stdout lacks the step and its output")
+	}
+	if !strings.HasSuffix(r.Stderr, "The command '/bin/sh -c echo out; echo err >&2; exit 7' returned a non-zero code: 7\n") {
+		t.Errorf("stderr does not end with dockerd's message")
+	}
+}
+
+// TestBuildErrorsAsDockerd: a missing COPY source and an unknown
+// instruction are worded as dockerd words them.
+func TestBuildErrorsAsDockerd(t *testing.T) {
+	requireSuite(t)
+	base := pulled(t, testimages.Busybox)
+	r := dockerBuild(t, writeContext(t, map[string]string{"Dockerfile": "FROM " + base + "\nCOPY nope /x\n"}))
+	if r.Code != 1 || !strings.HasSuffix(r.Stderr, "COPY failed: file not found in build context or excluded by .dockerignore: stat nope: file does not exist\n") {
+		t.Errorf("missing source: exit %d", r.Code)
+	}
+	r = dockerBuild(t, writeContext(t, map[string]string{"Dockerfile": "FROM " + base + "\nFOO bar\n"}))
+	if r.Code != 1 || !strings.HasSuffix(r.Stderr, "Error response from daemon: dockerfile parse error line 2: unknown instruction: FOO\n") {
+		t.Errorf("unknown instruction: exit %d", r.Code)
+	}
+}

@@ -1,0 +1,475 @@
+package builder
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/husk-vm/husk/imagebuild"
+	"github.com/husk-vm/husk/rootfs"
+)
+
+// file is one entry of a test tar.
+type file struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+	uid, gid         int
+}
+
+func makeTar(t *testing.T, files ...file) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		typ := f.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		mode := f.mode
+		if mode == 0 {
+			mode = 0o644
+			if typ == tar.TypeDir {
+				mode = 0o755
+			}
+		}
+		hdr := &tar.Header{Name: f.name, Typeflag: typ, Mode: mode, Uid: f.uid, Gid: f.gid, Linkname: f.link,
+			Size: int64(len(f.body)), ModTime: time.Unix(1700000000, 0)}
+		if typ != tar.TypeReg {
+			hdr.Size = 0
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if typ == tar.TypeReg {
+			if _, err := tw.Write([]byte(f.body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// fakeVM stands in for a build VM: Run records the process and answers
+// with the next scripted exit code and output; CutLayer returns the next
+// scripted layer.
+type fakeVM struct {
+	t       *testing.T
+	applied int
+	runs    []Process
+	codes   []int
+	layers  [][]byte
+	closed  bool
+}
+
+func (f *fakeVM) ApplyLayer(ctx context.Context, r io.Reader) error {
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	f.applied++
+	return nil
+}
+
+func (f *fakeVM) Run(ctx context.Context, p Process, stdout, stderr io.Writer) (int, error) {
+	f.runs = append(f.runs, p)
+	fmt.Fprintf(stdout, "ran %s\n", p.Args[len(p.Args)-1])
+	fmt.Fprintf(stderr, "warn\n")
+	code := 0
+	if len(f.codes) > 0 {
+		code, f.codes = f.codes[0], f.codes[1:]
+	}
+	return code, nil
+}
+
+func (f *fakeVM) CutLayer(ctx context.Context, w io.Writer) error {
+	if len(f.layers) == 0 {
+		_, err := w.Write(makeTar(f.t))
+		return err
+	}
+	l := f.layers[0]
+	f.layers = f.layers[1:]
+	_, err := w.Write(l)
+	return err
+}
+
+func (f *fakeVM) Close(ctx context.Context) error { f.closed = true; return nil }
+
+type fakeSandboxes struct {
+	vms   []*fakeVM
+	bases []string
+	next  func() *fakeVM
+}
+
+func (f *fakeSandboxes) NewSandbox(ctx context.Context, base string) (Sandbox, error) {
+	vm := f.next()
+	f.vms = append(f.vms, vm)
+	f.bases = append(f.bases, base)
+	return vm, nil
+}
+
+type fixture struct {
+	t      *testing.T
+	images *imagebuild.Service
+	b      *Builder
+	vms    *fakeSandboxes
+	baseID string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	images, err := imagebuild.New(imagebuild.Options{Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := makeTar(t,
+		file{name: "etc/", typ: tar.TypeDir},
+		file{name: "etc/passwd", body: "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n"},
+		file{name: "etc/group", body: "root:x:0:\nstaff:x:50:app\napp:x:1000:\n"},
+		file{name: "tmp/", typ: tar.TypeDir, mode: 0o1777},
+		file{name: "bin/", typ: tar.TypeDir},
+		file{name: "bin/sh", body: "#!shell", mode: 0o755},
+		file{name: "link", typ: tar.TypeSymlink, link: "/tmp"},
+	)
+	layer, err := images.PutLayer(ctx, bytes.NewReader(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := v1.ConfigFile{Architecture: "amd64", OS: "linux", Config: v1.Config{Env: []string{"PATH=/bin"}, Cmd: []string{"sh"}},
+		History: []v1.History{{CreatedBy: "base", Created: v1.Time{Time: time.Unix(1700000000, 0)}}}}
+	id, err := images.CreateImage(ctx, cfg, []imagebuild.LayerInfo{layer}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	images.ReleaseLayers(layer)
+	if err := images.Tag(ctx, id, "base", "latest"); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, images: images, baseID: id, vms: &fakeSandboxes{}}
+	f.vms.next = func() *fakeVM { return &fakeVM{t: t} }
+	f.b, err = New(Options{Images: images, Sandboxes: f.vms, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// build runs a build and returns its stream text and result.
+func (f *fixture) build(opts BuildOptions, ctxFiles ...file) (string, string, error) {
+	f.t.Helper()
+	opts.Context = bytes.NewReader(makeTar(f.t, ctxFiles...))
+	if !opts.Remove {
+		opts.Remove = true
+	}
+	var out strings.Builder
+	var aux []string
+	id, err := f.b.Build(context.Background(), opts, Output{Stream: func(s string) { out.WriteString(s) }, Aux: func(id string) { aux = append(aux, id) }})
+	if err == nil && (len(aux) == 0 || aux[len(aux)-1] != id) {
+		f.t.Errorf("aux IDs %v do not end with the result %s", aux, id)
+	}
+	return out.String(), id, err
+}
+
+// files flattens an image into name → content ("dir", "-> target" for
+// links, "uid:gid mode" prefixed).
+func (f *fixture) files(id string) map[string]string {
+	f.t.Helper()
+	infos, err := f.images.LayerInfos(context.Background(), id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var openers []rootfs.LayerOpener
+	for _, l := range infos {
+		openers = append(openers, func() (io.ReadCloser, error) { return f.images.OpenLayer(l) })
+	}
+	var buf bytes.Buffer
+	if err := rootfs.Flatten(context.Background(), &buf, openers); err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]string{}
+	tr := tar.NewReader(&buf)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		meta := fmt.Sprintf("%d:%d %o ", hdr.Uid, hdr.Gid, hdr.Mode)
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			out[strings.TrimSuffix(hdr.Name, "/")] = meta + "dir"
+		case tar.TypeSymlink:
+			out[hdr.Name] = meta + "-> " + hdr.Linkname
+		default:
+			out[hdr.Name] = meta + string(b)
+		}
+	}
+}
+
+func (f *fixture) config(id string) *imagebuild.Image {
+	f.t.Helper()
+	img, err := f.images.Resolve(context.Background(), id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return img
+}
+
+func str(s string) *string { return &s }
+
+const multiStage = `ARG BASE=base
+FROM $BASE AS build
+ARG MSG=hello
+ENV A=1 B="two words"
+WORKDIR /src
+COPY a.txt ./
+COPY sub/ /sub2/
+RUN echo $MSG > /src/out && rm /etc/group
+FROM $BASE
+COPY --from=build --chown=app:staff /src/ /out/
+USER app
+EXPOSE 8080 53/udp
+LABEL x=y
+CMD ["cat","/out/out"]
+`
+
+var multiStageContext = []file{
+	{name: "Dockerfile", body: multiStage},
+	{name: "a.txt", body: "A\n"},
+	{name: "sub/b.txt", body: "B\n"},
+	{name: "sub/c/d.txt", body: "D\n", mode: 0o600},
+	{name: "sub/ignored.txt", body: "x\n"},
+	{name: ".dockerignore", body: "sub/ignored.txt\n"},
+}
+
+func TestMultiStageBuild(t *testing.T) {
+	f := newFixture(t)
+	runLayer := makeTar(t,
+		file{name: "src/", typ: tar.TypeDir},
+		file{name: "src/out", body: "bye\n"},
+		file{name: "etc/", typ: tar.TypeDir},
+		file{name: "etc/.wh.group"},
+	)
+	f.vms.next = func() *fakeVM { return &fakeVM{t: t, layers: [][]byte{runLayer}} }
+
+	out, id, err := f.build(BuildOptions{BuildArgs: map[string]*string{"MSG": str("bye"), "UNUSED": str("x")}, Tags: []string{"built:1", "built:2"}}, multiStageContext...)
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"Step 1/14 : ARG BASE=base\n",
+		"Step 2/14 : FROM $BASE AS build\n ---> " + shortID(f.baseID) + "\n",
+		"Step 3/14 : ARG MSG=hello\n ---> Running in ",
+		"Step 6/14 : COPY a.txt ./\n ---> ",
+		"Step 8/14 : RUN echo $MSG > /src/out && rm /etc/group\n ---> Running in ",
+		"ran echo $MSG > /src/out && rm /etc/group\n\x1b[91mwarn\n\x1b[0mRemoving intermediate container ",
+		"Step 9/14 : FROM $BASE\n ---> " + shortID(f.baseID) + "\n",
+		"[Warning] One or more build-args [UNUSED] were not consumed\n",
+		"Successfully built " + shortID(id) + "\nSuccessfully tagged built:1\nSuccessfully tagged built:2\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Step 6/14 : COPY a.txt ./\n ---> Running in") {
+		t.Errorf("COPY reported a container:\n%s", out)
+	}
+
+	if len(f.vms.vms) != 1 || f.vms.bases[0] != f.baseID {
+		t.Fatalf("VMs booted %d from %v, want one from the base", len(f.vms.vms), f.vms.bases)
+	}
+	vm := f.vms.vms[0]
+	if !vm.closed {
+		t.Error("the build VM was not closed")
+	}
+	// WORKDIR and the two COPYs made layers the VM had to get first.
+	if vm.applied != 3 {
+		t.Errorf("VM got %d layers applied, want 3 (WORKDIR, COPY, COPY)", vm.applied)
+	}
+	p := vm.runs[0]
+	if p.Cwd != "/src" || strings.Join(p.Args, " ") != "/bin/sh -c echo $MSG > /src/out && rm /etc/group" {
+		t.Errorf("RUN process = %+v", p)
+	}
+	if want := []string{"PATH=/bin", "A=1", "B=two words", "MSG=bye"}; strings.Join(p.Env, ",") != strings.Join(want, ",") {
+		t.Errorf("RUN env = %q, want %q", p.Env, want)
+	}
+
+	img := f.config(id)
+	c := img.Config.Config
+	if c.User != "app" || c.Labels["x"] != "y" || strings.Join(c.Cmd, " ") != "cat /out/out" {
+		t.Errorf("config = %+v", c)
+	}
+	ports := []string{}
+	for p := range c.ExposedPorts {
+		ports = append(ports, p)
+	}
+	sort.Strings(ports)
+	if strings.Join(ports, " ") != "53/udp 8080/tcp" {
+		t.Errorf("exposed ports = %v", ports)
+	}
+	if got := img.RepoTags; strings.Join(got, " ") != "built:1 built:2" {
+		t.Errorf("tags = %v", got)
+	}
+	hist := img.Config.History
+	if last := hist[len(hist)-1].CreatedBy; last != `/bin/sh -c #(nop)  CMD ["cat" "/out/out"]` {
+		t.Errorf("last history line = %q", last)
+	}
+	files := f.files(id)
+	for name, want := range map[string]string{
+		"out":        "1000:50 755 dir",
+		"out/out":    "1000:50 644 bye\n",
+		"etc/group":  "0:0 644 root:x:0:\nstaff:x:50:app\napp:x:1000:\n",
+		"tmp":        "0:0 1777 dir",
+		"bin/sh":     "0:0 755 #!shell",
+		"out/a.txt":  "1000:50 644 A\n",
+		"out/../etc": "",
+	} {
+		if want == "" {
+			continue
+		}
+		if files[name] != want {
+			t.Errorf("final image %s = %q, want %q", name, files[name], want)
+		}
+	}
+
+	// The build stage's image holds the RUN's deletion and the copies,
+	// with the .dockerignore'd file left out.
+	buildID := ""
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, " ---> ") && !strings.Contains(line, "Running") && !strings.Contains(line, "cache") {
+			buildID = strings.TrimPrefix(line, " ---> ")
+		}
+		if strings.HasPrefix(line, "Step 9/14") {
+			break
+		}
+	}
+	bfiles := f.files(buildID)
+	if _, ok := bfiles["etc/group"]; ok {
+		t.Error("the RUN's deletion of /etc/group did not reach the stage's image")
+	}
+	for name, want := range map[string]string{
+		"src/a.txt":        "0:0 644 A\n",
+		"sub2/b.txt":       "0:0 644 B\n",
+		"sub2/c/d.txt":     "0:0 600 D\n",
+		"src/out":          "0:0 644 bye\n",
+		"sub2/ignored.txt": "",
+	} {
+		if files := bfiles[name]; files != want {
+			t.Errorf("build stage %s = %q, want %q", name, files, want)
+		}
+	}
+
+	// Again: every step from the cache, no VM, the same image.
+	out2, id2, err := f.build(BuildOptions{BuildArgs: map[string]*string{"MSG": str("bye")}}, multiStageContext...)
+	if err != nil {
+		t.Fatalf("rebuild: %v\n%s", err, out2)
+	}
+	if id2 != id || len(f.vms.vms) != 1 || strings.Contains(out2, "Running in") {
+		t.Errorf("rebuild = %s (first %s), %d VMs, output:\n%s", id2, id, len(f.vms.vms), out2)
+	}
+	if n := strings.Count(out2, " ---> Using cache\n"); n != 11 {
+		t.Errorf("rebuild used the cache %d times, want 11:\n%s", n, out2)
+	}
+
+	// Another build arg value: the RUN (and what follows) runs again.
+	out3, _, err := f.build(BuildOptions{BuildArgs: map[string]*string{"MSG": str("other")}}, multiStageContext...)
+	if err != nil {
+		t.Fatalf("rebuild with another arg: %v\n%s", err, out3)
+	}
+	if !strings.Contains(out3, "RUN echo $MSG > /src/out && rm /etc/group\n ---> Running in") {
+		t.Errorf("a changed build arg was served from the cache:\n%s", out3)
+	}
+	if f.vms.vms[1].applied != 3 {
+		t.Errorf("second VM got %d cached layers applied, want 3", f.vms.vms[1].applied)
+	}
+
+	// --no-cache runs everything.
+	out4, _, err := f.build(BuildOptions{NoCache: true, BuildArgs: map[string]*string{"MSG": str("bye")}}, multiStageContext...)
+	if err != nil || strings.Contains(out4, "Using cache") {
+		t.Errorf("--no-cache build: %v\n%s", err, out4)
+	}
+}
+
+func TestFailingRun(t *testing.T) {
+	f := newFixture(t)
+	f.vms.next = func() *fakeVM { return &fakeVM{t: t, codes: []int{7}} }
+	out, _, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: "FROM base\nRUN exit 7\n"})
+	var exit *ExitError
+	if !errors.As(err, &exit) || exit.Code != 7 || err.Error() != "The command '/bin/sh -c exit 7' returned a non-zero code: 7" {
+		t.Fatalf("err = %v, want the exit 7 error", err)
+	}
+	if strings.Contains(out, "Removing intermediate container") {
+		t.Errorf("a failed step's container was reported removed:\n%s", out)
+	}
+	if !f.vms.vms[0].closed {
+		t.Error("the VM of the failed build was not closed")
+	}
+}
+
+func TestBuildErrors(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name, dockerfile, opt, want string
+	}{
+		{"unknown instruction", "FROM base\nFOO bar\n", "", "dockerfile parse error line 2: unknown instruction: FOO"},
+		{"missing source", "FROM base\nCOPY nope /x\n", "", "COPY failed: file not found in build context or excluded by .dockerignore: stat nope: file does not exist"},
+		{"ignored source", "FROM base\nCOPY secret /x\n", "", "COPY failed: file not found in build context or excluded by .dockerignore: stat secret: file does not exist"},
+		{"url", "FROM base\nADD http://127.0.0.1:1/x /x\n", "", "ADD failed: downloading http://127.0.0.1:1/x: remote sources are not supported: husk builds have no network"},
+		{"several sources", "FROM base\nCOPY a b /x\n", "", "When using COPY with more than one source file, the destination must be a directory and end with a /"},
+		{"target", "FROM base\n", "nope", "failed to reach build target nope in Dockerfile"},
+		{"chown", "FROM base\nCOPY --chown=ghost a /x\n", "", "unable to convert uid/gid chown string to host mapping: can't find uid for user ghost: no such user: ghost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := f.build(BuildOptions{Target: tc.opt},
+				file{name: "Dockerfile", body: tc.dockerfile}, file{name: "a", body: "a"}, file{name: "b", body: "b"},
+				file{name: "secret", body: "s"}, file{name: ".dockerignore", body: "secret\n"})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestAddExtractsLocalArchive(t *testing.T) {
+	f := newFixture(t)
+	archive := makeTar(t, file{name: "pkg/", typ: tar.TypeDir}, file{name: "pkg/lib.txt", body: "lib\n", uid: 5, gid: 6})
+	out, id, err := f.build(BuildOptions{},
+		file{name: "Dockerfile", body: "FROM scratch\nADD pkg.tar /opt/\nCOPY --chmod=600 a /a\nCOPY a /link/\nWORKDIR /w\n"},
+		file{name: "pkg.tar", body: string(archive)}, file{name: "a", body: "a\n"})
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "Step 1/5 : FROM scratch\n ---> \n") {
+		t.Errorf("scratch step output:\n%s", out)
+	}
+	files := f.files(id)
+	for name, want := range map[string]string{
+		"opt/pkg/lib.txt": "5:6 644 lib\n",
+		"a":               "0:0 600 a\n",
+		"link/a":          "0:0 644 a\n",
+		"w":               "0:0 755 dir",
+	} {
+		if files[name] != want {
+			t.Errorf("%s = %q, want %q", name, files[name], want)
+		}
+	}
+	img := f.config(id)
+	if env := img.Config.Config.Env; len(env) != 1 || env[0] != "PATH="+defaultPath {
+		t.Errorf("scratch image env = %v, want the default PATH", env)
+	}
+}

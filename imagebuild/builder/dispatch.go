@@ -1,0 +1,438 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+
+	"github.com/husk-vm/husk/imagebuild"
+)
+
+// emptyTarDiffID is the diffID of a tar with no entries. dockerd commits
+// a step whose change set is empty as an empty layer (no diffID, history
+// empty_layer), and so does the builder.
+const emptyTarDiffID = "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"
+
+// shellOf is the shell that prefixes shell-form commands and history
+// lines: SHELL's, else /bin/sh -c.
+func shellOf(st *stage) []string {
+	if len(st.cfg.Config.Shell) > 0 {
+		return append([]string(nil), st.cfg.Config.Shell...)
+	}
+	return []string{"/bin/sh", "-c"}
+}
+
+// nopComment is the history line of a step that runs nothing, in the two
+// forms dockerd uses: most instructions pass "#(nop) " and the comment as
+// two arguments (hence two spaces), WORKDIR, COPY and ADD as one.
+func nopComment(st *stage, comment string, oneArg bool) string {
+	if oneArg {
+		return strings.Join(append(shellOf(st), "#(nop) "+comment), " ")
+	}
+	return strings.Join(append(shellOf(st), "#(nop) ", comment), " ")
+}
+
+// meta commits a step that only changes the config.
+func (bd *build) metaStep(ctx context.Context, st *stage, comment string) error {
+	return bd.runStep(ctx, st, nopComment(st, comment, false), true, func(context.Context) (*imagebuild.LayerInfo, error) {
+		return nil, nil
+	})
+}
+
+func (bd *build) dispatch(ctx context.Context, st *stage, cmd instructions.Command) error {
+	if ex, ok := cmd.(instructions.SupportsSingleWordExpansion); ok {
+		e := bd.expandEnv(st)
+		if err := ex.Expand(func(w string) (string, error) { return bd.expand(w, e) }); err != nil {
+			return err
+		}
+	}
+	c := &st.cfg.Config
+	switch cmd := cmd.(type) {
+	case *instructions.EnvCommand:
+		parts := []string{"ENV"}
+		for _, kv := range cmd.Env {
+			parts = append(parts, kv.String())
+			c.Env = setEnv(c.Env, kv.Key, kv.Value)
+		}
+		return bd.metaStep(ctx, st, strings.Join(parts, " "))
+	case *instructions.LabelCommand:
+		if c.Labels == nil {
+			c.Labels = map[string]string{}
+		}
+		parts := []string{"LABEL"}
+		for _, kv := range cmd.Labels {
+			c.Labels[kv.Key] = kv.Value
+			parts = append(parts, kv.String())
+		}
+		return bd.metaStep(ctx, st, strings.Join(parts, " "))
+	case *instructions.MaintainerCommand:
+		st.cfg.Author = cmd.Maintainer
+		return bd.metaStep(ctx, st, "MAINTAINER "+cmd.Maintainer)
+	case *instructions.UserCommand:
+		c.User = cmd.User
+		return bd.metaStep(ctx, st, "USER "+cmd.User)
+	case *instructions.ExposeCommand:
+		return bd.expose(ctx, st, cmd)
+	case *instructions.VolumeCommand:
+		if c.Volumes == nil {
+			c.Volumes = map[string]struct{}{}
+		}
+		for _, v := range cmd.Volumes {
+			if v == "" {
+				return errors.New("VOLUME specified can not be an empty string")
+			}
+			c.Volumes[v] = struct{}{}
+		}
+		return bd.metaStep(ctx, st, fmt.Sprintf("VOLUME %v", cmd.Volumes))
+	case *instructions.StopSignalCommand:
+		if !validSignal(cmd.Signal) {
+			return errdefs.ErrInvalidArgument.WithMessage("Invalid signal: " + cmd.Signal)
+		}
+		c.StopSignal = cmd.Signal
+		return bd.metaStep(ctx, st, "STOPSIGNAL "+cmd.Signal)
+	case *instructions.HealthCheckCommand:
+		return bd.healthcheck(ctx, st, cmd)
+	case *instructions.ShellCommand:
+		c.Shell = append([]string(nil), cmd.Shell...)
+		return bd.metaStep(ctx, st, fmt.Sprintf("SHELL %v", c.Shell))
+	case *instructions.OnbuildCommand:
+		c.OnBuild = append(c.OnBuild, cmd.Expression)
+		return bd.metaStep(ctx, st, "ONBUILD "+cmd.Expression)
+	case *instructions.CmdCommand:
+		c.Cmd = resolveCmdLine(st, cmd.ShellDependantCmdLine)
+		c.ArgsEscaped = true
+		if err := bd.metaStep(ctx, st, fmt.Sprintf("CMD %q", c.Cmd)); err != nil {
+			return err
+		}
+		if len(cmd.CmdLine) != 0 {
+			st.cmdSet = true
+		}
+		return nil
+	case *instructions.EntrypointCommand:
+		c.Entrypoint = resolveCmdLine(st, cmd.ShellDependantCmdLine)
+		if !st.cmdSet {
+			c.Cmd = nil
+		}
+		return bd.metaStep(ctx, st, fmt.Sprintf("ENTRYPOINT %q", c.Entrypoint))
+	case *instructions.ArgCommand:
+		return bd.arg(ctx, st, cmd)
+	case *instructions.WorkdirCommand:
+		return bd.workdir(ctx, st, cmd)
+	case *instructions.RunCommand:
+		return bd.runCmd(ctx, st, cmd)
+	case *instructions.CopyCommand:
+		if cmd.Link || cmd.Parents || len(cmd.ExcludePatterns) > 0 {
+			return errdefs.ErrInvalidArgument.WithMessage("the --link, --parents and --exclude options require BuildKit")
+		}
+		return bd.copyCmd(ctx, st, copyRequest{name: "COPY", sd: cmd.SourcesAndDest, from: cmd.From, chown: cmd.Chown, chmod: cmd.Chmod})
+	case *instructions.AddCommand:
+		if cmd.Link || len(cmd.ExcludePatterns) > 0 || cmd.Checksum != "" {
+			return errdefs.ErrInvalidArgument.WithMessage("the --link, --exclude and --checksum options require BuildKit")
+		}
+		return bd.copyCmd(ctx, st, copyRequest{name: "ADD", sd: cmd.SourcesAndDest, chown: cmd.Chown, chmod: cmd.Chmod, add: true})
+	}
+	return errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf("%s is not supported by the classic builder", strings.ToUpper(cmd.Name())))
+}
+
+// setEnv sets key in env, in place if present, as dockerd's ENV does.
+func setEnv(envs []string, key, value string) []string {
+	kv := key + "=" + value
+	for i, e := range envs {
+		if k, _, _ := strings.Cut(e, "="); k == key {
+			out := append([]string(nil), envs...)
+			out[i] = kv
+			return out
+		}
+	}
+	return append(append([]string(nil), envs...), kv)
+}
+
+// resolveCmdLine prefixes the shell to a shell-form command.
+func resolveCmdLine(st *stage, cl instructions.ShellDependantCmdLine) []string {
+	if cl.PrependShell && cl.CmdLine != nil {
+		return append(shellOf(st), cl.CmdLine...)
+	}
+	return append([]string(nil), cl.CmdLine...)
+}
+
+func (bd *build) expose(ctx context.Context, st *stage, cmd *instructions.ExposeCommand) error {
+	e := bd.expandEnv(st)
+	var ports []string
+	for _, p := range cmd.Ports {
+		words, err := bd.shlex.ProcessWords(p, e)
+		if err != nil {
+			return err
+		}
+		ports = append(ports, words...)
+	}
+	c := &st.cfg.Config
+	if c.ExposedPorts == nil {
+		c.ExposedPorts = map[string]struct{}{}
+	}
+	for _, p := range ports {
+		specs, err := parsePortSpec(p)
+		if err != nil {
+			return err
+		}
+		for _, s := range specs {
+			c.ExposedPorts[s] = struct{}{}
+		}
+	}
+	return bd.metaStep(ctx, st, "EXPOSE "+strings.Join(ports, " "))
+}
+
+// parsePortSpec turns "80", "80/udp" or "8000-8002/tcp" into "port/proto"
+// keys. An "ip:host:" prefix, which EXPOSE ignores, is dropped.
+func parsePortSpec(spec string) ([]string, error) {
+	p := spec
+	if i := strings.LastIndexByte(p, ':'); i >= 0 {
+		p = p[i+1:]
+	}
+	port, proto, _ := strings.Cut(p, "/")
+	if proto == "" {
+		proto = "tcp"
+	}
+	proto = strings.ToLower(proto)
+	if proto != "tcp" && proto != "udp" && proto != "sctp" {
+		return nil, errdefs.ErrInvalidArgument.WithMessage("invalid proto: " + proto)
+	}
+	lo, hi, isRange := strings.Cut(port, "-")
+	start, err := strconv.ParseUint(lo, 10, 16)
+	if err != nil {
+		return nil, errdefs.ErrInvalidArgument.WithMessage("invalid containerPort: " + port)
+	}
+	end := start
+	if isRange {
+		if end, err = strconv.ParseUint(hi, 10, 16); err != nil || end < start {
+			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid containerPort: " + port)
+		}
+	}
+	var out []string
+	for n := start; n <= end; n++ {
+		out = append(out, fmt.Sprintf("%d/%s", n, proto))
+	}
+	return out, nil
+}
+
+var signalNames = map[string]bool{
+	"ABRT": true, "ALRM": true, "BUS": true, "CHLD": true, "CONT": true, "FPE": true, "HUP": true,
+	"ILL": true, "INT": true, "IO": true, "IOT": true, "KILL": true, "PIPE": true, "PROF": true,
+	"PWR": true, "QUIT": true, "SEGV": true, "STKFLT": true, "STOP": true, "SYS": true, "TERM": true,
+	"TRAP": true, "TSTP": true, "TTIN": true, "TTOU": true, "URG": true, "USR1": true, "USR2": true,
+	"VTALRM": true, "WINCH": true, "XCPU": true, "XFSZ": true,
+}
+
+func validSignal(s string) bool {
+	if n, err := strconv.Atoi(s); err == nil {
+		return n > 0 && n <= 64
+	}
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	if strings.HasPrefix(name, "RTMIN") || strings.HasPrefix(name, "RTMAX") {
+		return true
+	}
+	return signalNames[name]
+}
+
+func (bd *build) healthcheck(ctx context.Context, st *stage, cmd *instructions.HealthCheckCommand) error {
+	c := &st.cfg.Config
+	if c.Healthcheck != nil {
+		if old := c.Healthcheck.Test; len(old) > 0 && old[0] != "NONE" {
+			bd.printf("Note: overriding previous HEALTHCHECK: %v\n", old)
+		}
+	}
+	h := cmd.Health
+	c.Healthcheck = &v1.HealthConfig{Test: h.Test, Interval: h.Interval, Timeout: h.Timeout, StartPeriod: h.StartPeriod, Retries: h.Retries}
+	// dockerd 20.10 formats its HealthConfig struct with %q.
+	comment := fmt.Sprintf("HEALTHCHECK &{%q %q %q %q %q}", h.Test, h.Interval.String(), h.Timeout.String(), h.StartPeriod.String(), rune(h.Retries))
+	return bd.metaStep(ctx, st, comment)
+}
+
+// arg declares build args in the stage. A value given with --build-arg
+// wins over the default; an ARG without a default takes the value of the
+// same ARG before FROM.
+func (bd *build) arg(ctx context.Context, st *stage, cmd *instructions.ArgCommand) error {
+	parts := []string{"ARG"}
+	for _, kv := range cmd.Args {
+		s := kv.Key
+		if kv.Value != nil {
+			s += "=" + *kv.Value
+		}
+		parts = append(parts, s)
+		value := kv.Value
+		if value == nil {
+			if m, ok := bd.meta[kv.Key]; ok {
+				value = m
+			}
+		}
+		if given, ok := bd.opts.BuildArgs[kv.Key]; ok && given != nil {
+			value = given
+		}
+		bd.consumed[kv.Key] = true
+		st.args = append(st.args, argDecl{key: kv.Key, value: value})
+	}
+	return bd.metaStep(ctx, st, strings.Join(parts, " "))
+}
+
+// workdir sets the working directory and, as dockerd does, creates it in
+// a layer of its own when it does not exist yet.
+func (bd *build) workdir(ctx context.Context, st *stage, cmd *instructions.WorkdirCommand) error {
+	dir := cmd.Path
+	if !path.IsAbs(dir) {
+		dir = path.Join("/", st.cfg.Config.WorkingDir, dir)
+	}
+	dir = path.Clean(dir)
+	st.cfg.Config.WorkingDir = dir
+	return bd.runStep(ctx, st, nopComment(st, "WORKDIR "+dir, true), true, func(ctx context.Context) (*imagebuild.LayerInfo, error) {
+		fs, err := bd.fsIndex(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		rel, _ := cleanRel(dir)
+		if fs.isDir(rel) {
+			return nil, nil
+		}
+		return bd.makeLayer(ctx, fs, func(lw *layerWriter) error {
+			return lw.mkdirAll(rel, 0, 0)
+		})
+	})
+}
+
+// onBuild runs the triggers the base image recorded, as dockerd does
+// right after FROM.
+func (bd *build) onBuild(ctx context.Context, st *stage) error {
+	triggers := st.cfg.Config.OnBuild
+	if len(triggers) == 0 {
+		return nil
+	}
+	st.cfg.Config.OnBuild = nil
+	s := ""
+	if len(triggers) > 1 {
+		s = "s"
+	}
+	bd.printf("# Executing %d build trigger%s\n", len(triggers), s)
+	for _, t := range triggers {
+		ast, err := parser.Parse(strings.NewReader(t))
+		if err != nil {
+			return parseError(err)
+		}
+		if len(ast.AST.Children) != 1 {
+			return errors.New("onbuild trigger should be a single expression")
+		}
+		cmd, err := instructions.ParseCommand(ast.AST.Children[0])
+		if err != nil {
+			return parseError(err)
+		}
+		if err := bd.dispatch(ctx, st, cmd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runCmd is RUN: the command runs in the stage's build VM, and its changes
+// become the step's layer.
+func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCommand) error {
+	if len(cmd.FlagsUsed) > 0 {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("the --%s option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", cmd.FlagsUsed[0]))
+	}
+	if len(cmd.Files) > 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled")
+	}
+	args := resolveCmdLine(st, cmd.ShellDependantCmdLine)
+	if len(args) == 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("RUN requires at least one argument")
+	}
+	argEnv, declared := bd.argValues(st)
+	saveCmd := args
+	if len(declared) > 0 {
+		saveCmd = append([]string{fmt.Sprintf("|%d", len(declared))}, declared...)
+		saveCmd = append(saveCmd, args...)
+	}
+	createdBy := strings.Join(saveCmd, " ")
+	c := st.cfg.Config
+	proc := Process{
+		Args: args,
+		Env:  append(append([]string(nil), c.Env...), argEnv...),
+		Cwd:  c.WorkingDir,
+		User: c.User,
+	}
+	return bd.runStep(ctx, st, createdBy, true, func(ctx context.Context) (*imagebuild.LayerInfo, error) {
+		vm, err := bd.sandbox(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		code, err := vm.Run(ctx, proc, streamWriter{bd.out.Stream, false}, streamWriter{bd.out.Stream, true})
+		if err != nil {
+			return nil, fmt.Errorf("run %q in the build VM: %w", strings.Join(args, " "), err)
+		}
+		if code != 0 {
+			return nil, &ExitError{Command: strings.Join(args, " "), Code: code}
+		}
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(vm.CutLayer(ctx, pw)) }()
+		layer, err := bd.putLayer(ctx, pr)
+		pr.CloseWithError(errors.New("layer not taken"))
+		if err != nil {
+			return nil, fmt.Errorf("take the layer of RUN from the build VM: %w", err)
+		}
+		// The VM's root now is the stage's image plus this layer.
+		st.vmLayers = len(st.layers) + 1
+		if layer.DiffID.String() == emptyTarDiffID {
+			st.vmLayers--
+			return nil, nil
+		}
+		return layer, nil
+	})
+}
+
+// sandbox returns st's build VM, booting it on first use, with every
+// layer of the stage applied.
+func (bd *build) sandbox(ctx context.Context, st *stage) (Sandbox, error) {
+	if st.vm == nil {
+		if bd.b.opts.Sandboxes == nil {
+			return nil, errdefs.ErrNotImplemented.WithMessage("RUN is not available: the daemon has no build VMs")
+		}
+		vm, err := bd.b.opts.Sandboxes.NewSandbox(ctx, st.vmBase)
+		if err != nil {
+			return nil, fmt.Errorf("boot build VM: %w", err)
+		}
+		st.vm = vm
+	}
+	for ; st.vmLayers < len(st.layers); st.vmLayers++ {
+		rc, err := bd.b.opts.Images.OpenLayer(st.layers[st.vmLayers])
+		if err != nil {
+			return nil, err
+		}
+		err = st.vm.ApplyLayer(ctx, rc)
+		rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("apply layer %d to the build VM: %w", st.vmLayers, err)
+		}
+	}
+	return st.vm, nil
+}
+
+// streamWriter turns a RUN's output into stream messages; stderr is shown
+// in red as dockerd's stderr formatter does.
+type streamWriter struct {
+	fn     func(string)
+	stderr bool
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	if w.stderr {
+		w.fn("\x1b[91m" + string(p) + "\x1b[0m")
+	} else {
+		w.fn(string(p))
+	}
+	return len(p), nil
+}

@@ -1,0 +1,223 @@
+package containers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/husk-vm/husk/rootfs"
+	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/shim/host"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// BuildVMOptions configure BuildVMs.
+type BuildVMOptions struct {
+	// Root holds one directory per running build VM.
+	Root   string
+	Images Images
+	Disks  Disks
+	Guest  Guest
+	Logger *slog.Logger
+}
+
+// BuildVMs boots the VMs that Dockerfile RUN steps execute in. A build VM
+// boots like a container's, with an image's base disk and a fresh upper
+// disk, but it is the builder's: it runs one process after another on the
+// same root and turns the root's changes into layers (proto.OpCutLayer).
+// Build VMs are not containers: they have no record and do not survive the
+// daemon.
+type BuildVMs struct {
+	opts BuildVMOptions
+	log  *slog.Logger
+}
+
+// NewBuildVMs prepares opts.Root. Directories left there by a daemon that
+// died mid-build are removed; their VMMs are found and killed first.
+func NewBuildVMs(ctx context.Context, opts BuildVMOptions) (*BuildVMs, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(opts.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("create build VM root: %w", err)
+	}
+	ents, err := os.ReadDir(opts.Root)
+	if err != nil {
+		return nil, fmt.Errorf("list build VMs: %w", err)
+	}
+	for _, e := range ents {
+		dir := filepath.Join(opts.Root, e.Name())
+		if m, err := opts.Guest.Driver.Reattach(ctx, filepath.Join(dir, "vm")); err == nil {
+			log.Warn("killing the VM of an interrupted build", "dir", dir)
+			killVM(m)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("remove stale build VM dir", "dir", dir, "err", err)
+		}
+	}
+	return &BuildVMs{opts: opts, log: log}, nil
+}
+
+// emptyBaseID names the base disk of build VMs for FROM scratch: an image
+// ID no real image can have, as it is not the digest of a config.
+var emptyBaseID = func() string {
+	sum := sha256.Sum256([]byte("husk: the empty base of build VMs"))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}()
+
+// BuildVM is one running build VM. Its methods must not be called
+// concurrently.
+type BuildVM struct {
+	vms     *BuildVMs
+	id      string
+	dir     string
+	machine vmm.Machine
+	client  *host.Client
+
+	mu     sync.Mutex
+	runs   int
+	closed bool
+}
+
+// Start boots a build VM whose root is the filesystem of image
+// baseImageID, or empty when baseImageID is "".
+func (b *BuildVMs) Start(ctx context.Context, baseImageID string) (_ *BuildVM, err error) {
+	var base string
+	if baseImageID == "" {
+		base, err = b.opts.Disks.EnsureBase(ctx, emptyBaseID, nil)
+	} else {
+		var layers []rootfs.LayerOpener
+		if layers, err = b.opts.Images.Layers(ctx, baseImageID); err == nil {
+			base, err = b.opts.Disks.EnsureBase(ctx, baseImageID, layers)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("base disk of %s: %w", baseImageID, err)
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(b.opts.Root, id)
+	vmDir := filepath.Join(dir, "vm")
+	if err := os.MkdirAll(vmDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create build VM dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	upper := filepath.Join(dir, upperFile)
+	g := b.opts.Guest
+	if err := b.opts.Disks.NewUpper(ctx, upper, g.UpperSize); err != nil {
+		return nil, fmt.Errorf("create build VM disk: %w", err)
+	}
+	short := id[:12]
+	machine, client, err := g.startVM(ctx, vmSpec{
+		id: short, dir: vmDir, memoryMiB: g.MemoryMiB, cpus: g.CPUs,
+		disks: []vmm.Disk{{Path: base, ReadOnly: true, Serial: baseSerial}, {Path: upper, Serial: upperSerial}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := client.Setup(ctx, proto.SetupSpec{Hostname: short, BaseSerial: baseSerial, UpperSerial: upperSerial, Hosts: hostsFile(short)}); err != nil {
+		stopVM(b.log, short, machine, client)
+		return nil, fmt.Errorf("set up build VM root: %w", err)
+	}
+	b.log.Info("build VM started", "id", short, "base", baseImageID, "vmm_pid", machine.PID())
+	return &BuildVM{vms: b, id: short, dir: dir, machine: machine, client: client}, nil
+}
+
+// ApplyLayer stacks an OCI layer tar on the VM's root.
+func (v *BuildVM) ApplyLayer(ctx context.Context, r io.Reader) error {
+	return v.client.ApplyLayer(ctx, r)
+}
+
+// CutLayer writes the root's changes since the last cut or applied layer
+// as an OCI layer tar.
+func (v *BuildVM) CutLayer(ctx context.Context, w io.Writer) error {
+	return v.client.CutLayer(ctx, w)
+}
+
+// Run runs spec to its end, copying its output to stdout and stderr, and
+// returns its exit code. If ctx ends first the process is killed.
+func (v *BuildVM) Run(ctx context.Context, spec proto.ProcessSpec, stdout, stderr io.Writer) (int, error) {
+	v.mu.Lock()
+	v.runs++
+	pid := "run-" + strconv.Itoa(v.runs)
+	v.mu.Unlock()
+	spec.Stdin, spec.Terminal = false, false
+	proc, err := v.client.Start(ctx, pid, spec)
+	if err != nil {
+		var ae *host.AgentError
+		if errors.As(err, &ae) && (ae.Kind == proto.KindNotFound || ae.Kind == proto.KindPermission || ae.Kind == proto.KindUser) {
+			// dockerd's words, as for a container that cannot start.
+			return 0, fmt.Errorf("failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: %s: unknown", ae.Message)
+		}
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	for _, s := range []struct {
+		open func(context.Context) (io.ReadCloser, error)
+		w    io.Writer
+	}{{proc.Stdout, stdout}, {proc.Stderr, stderr}} {
+		rc, err := s.open(ctx)
+		if err != nil {
+			_ = proc.Signal(context.WithoutCancel(ctx), syscall.SIGKILL)
+			return 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer rc.Close()
+			_, _ = io.Copy(s.w, rc)
+		}()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = proc.Signal(kctx, syscall.SIGKILL)
+	})
+	defer stop()
+	status, err := proc.Wait(context.WithoutCancel(ctx))
+	wg.Wait()
+	if err != nil {
+		return 0, fmt.Errorf("wait for %s: %w", pid, err)
+	}
+	if err := proc.Forget(context.WithoutCancel(ctx)); err != nil {
+		v.vms.log.Warn("forget build process", "vm", v.id, "process", pid, "err", err)
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return status.Code, nil
+}
+
+// Close powers the VM off and removes its disk. Closing twice is a no-op.
+func (v *BuildVM) Close(ctx context.Context) error {
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		return nil
+	}
+	v.closed = true
+	v.mu.Unlock()
+	stopVM(v.vms.log, v.id, v.machine, v.client)
+	if err := os.RemoveAll(v.dir); err != nil {
+		return fmt.Errorf("remove build VM dir: %w", err)
+	}
+	v.vms.log.Info("build VM stopped", "id", v.id)
+	return nil
+}

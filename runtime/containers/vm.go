@@ -1,0 +1,76 @@
+package containers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/shim/host"
+)
+
+// vmSpec is one VM to boot with a Guest: container VMs and build VMs
+// alike.
+type vmSpec struct {
+	id        string // short, for logs and errors
+	dir       string // the VMM's private directory; exists
+	memoryMiB int
+	cpus      int
+	disks     []vmm.Disk
+	nets      []vmm.Net
+}
+
+// startVM boots a VM and opens a session with its agent, waiting up to
+// ReadyTimeout for the guest. On error nothing is left running.
+func (g Guest) startVM(ctx context.Context, spec vmSpec) (_ vmm.Machine, _ *host.Client, err error) {
+	machine, err := g.Driver.Start(ctx, vmm.Config{
+		ID: spec.id, Dir: spec.dir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
+		MemoryMiB: spec.memoryMiB, CPUs: spec.cpus, Accel: g.Accel, Disks: spec.disks, Nets: spec.nets,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot %s: %w", spec.id, err)
+	}
+	defer func() {
+		if err != nil {
+			killVM(machine)
+		}
+	}()
+	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
+	defer cancel()
+	client, err := connectAgent(readyCtx, machine)
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, "console.log"))
+	}
+	return machine, client, nil
+}
+
+// killVM ends a VMM at once and removes what its driver made.
+func killVM(machine vmm.Machine) {
+	_ = machine.Kill()
+	waitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = machine.Wait(waitCtx)
+	cancel()
+	_ = machine.Cleanup()
+}
+
+// stopVM takes a VM down. The agent answers a shutdown only once the
+// disks are unmounted and synced, so from then on the VMM is killed rather
+// than left to emulate the guest's power-off; without an answer it is
+// killed all the same.
+func stopVM(log *slog.Logger, id string, machine vmm.Machine, client *host.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.Shutdown(ctx); err != nil {
+		log.Warn("guest shutdown", "id", id, "err", err)
+	}
+	_ = client.Close()
+	_ = machine.Kill()
+	if err := machine.Wait(ctx); err != nil {
+		log.Error("VMM did not exit", "id", id, "err", err)
+	}
+	if err := machine.Cleanup(); err != nil {
+		log.Warn("vm cleanup", "id", id, "err", err)
+	}
+}
