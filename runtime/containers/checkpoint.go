@@ -359,6 +359,23 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint) (_ *run, 
 		return nil, fmt.Errorf("create vm dir: %w", err)
 	}
 	c.rec.VMDir = vmDir
+	// The copy gets this container's own TAP, address and published
+	// ports; the guest is told below.
+	att, err := c.attachNetwork(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.detachNetwork(context.WithoutCancel(ctx))
+		}
+	}()
+	identity := &proto.IdentitySpec{Hostname: c.rec.Config.Hostname, Hosts: hostsFile(c.rec.Config.Hostname)}
+	var nets []vmm.Net
+	if att != nil {
+		nets = att.Nets
+		identity.Hosts, identity.ResolvConf, identity.Network = att.Hosts, att.ResolvConf, att.Guest
+	}
 	g := m.guest
 	machine, err := g.Driver.Restore(ctx, vmm.Config{
 		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
@@ -367,6 +384,7 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint) (_ *run, 
 			{Path: base, ReadOnly: true, Serial: baseSerial},
 			{Path: upper, Serial: upperSerial},
 		},
+		Nets: nets,
 	}, ck.Path(checkpointVMDir))
 	if err != nil {
 		return nil, err
@@ -392,9 +410,9 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint) (_ *run, 
 	if _, err := rand.Read(entropy); err != nil {
 		return nil, fmt.Errorf("entropy for the guest: %w", err)
 	}
-	// Networking will re-address the guest here (RefreshSpec.Network).
-	if err := client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy}); err != nil {
-		return nil, fmt.Errorf("refresh guest clock and RNG: %w", err)
+	err = client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy, Identity: identity})
+	if err != nil {
+		return nil, fmt.Errorf("refresh the restored guest (clock, RNG, identity): %w", err)
 	}
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}
 	if c.rec.Config.OpenStdin {
@@ -431,7 +449,7 @@ func (m *Manager) Fork(ctx context.Context, ref, name, dir string, n int) ([]For
 		return nil, unusable(name, err)
 	}
 	src.mu.Lock()
-	req := CreateRequest{Config: cloneConfig(src.rec.Config), HostConfig: cloneHostConfig(src.rec.HostConfig)}
+	req := CreateRequest{Config: cloneConfig(src.rec.Config, src.rec.ID), HostConfig: cloneHostConfig(src.rec.HostConfig)}
 	src.mu.Unlock()
 	var forks []ForkResult
 	defer func() {
@@ -477,11 +495,15 @@ func (m *Manager) Fork(ctx context.Context, ref, name, dir string, n int) ([]For
 	return forks, nil
 }
 
-// cloneConfig copies a fork's configuration, hostname included: the
-// restored guest runs with the hostname it was checkpointed with, and the
-// record should say what the guest says.
-func cloneConfig(cfg *container.Config) *container.Config {
+// cloneConfig copies a fork's configuration. A hostname the user chose
+// is kept; the default one (the source's short ID) is dropped so that the
+// fork gets its own, as any new container does: the restore re-identifies
+// the guest.
+func cloneConfig(cfg *container.Config, srcID string) *container.Config {
 	out := *cfg
+	if out.Hostname == srcID[:12] {
+		out.Hostname = ""
+	}
 	return &out
 }
 

@@ -305,7 +305,7 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 	case proto.OpShutdown:
 		return a.shutdown(ctx, s)
 	case proto.OpRefresh:
-		if err := a.refresh(req.Refresh); err != nil {
+		if err := a.refresh(ctx, req.Refresh); err != nil {
 			return err
 		}
 		return s.respond(proto.Response{})

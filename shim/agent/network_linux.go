@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/husk-vm/husk/shim/proto"
 )
@@ -106,3 +107,102 @@ func waitForLink(ctx context.Context, mac string) (netlink.Link, error) {
 		}
 	}
 }
+
+// ReaddressNetwork re-addresses interfaces that ConfigureNetwork set up,
+// for a guest restored from another container's snapshot: each interface,
+// found by name, takes its new MAC (virtio-net lets the guest change it),
+// loses its old IPv4 addresses, gains the new one and announces it with a
+// gratuitous ARP so that neighbours drop what they knew of the old owner.
+func ReaddressNetwork(ctx context.Context, spec *proto.NetworkSpec) error {
+	if spec == nil {
+		return nil
+	}
+	var gateway net.IP
+	var gatewayLink netlink.Link
+	for _, ifc := range spec.Interfaces {
+		l, err := netlink.LinkByName(ifc.Name)
+		if err != nil {
+			if l, err = waitForLink(ctx, ifc.MAC); err != nil {
+				return fmt.Errorf("re-address %s: %w", ifc.Name, err)
+			}
+		}
+		mac, err := net.ParseMAC(ifc.MAC)
+		if err != nil {
+			return fmt.Errorf("re-address %s: MAC %q: %w", ifc.Name, ifc.MAC, err)
+		}
+		if !strings.EqualFold(l.Attrs().HardwareAddr.String(), mac.String()) {
+			if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
+				return fmt.Errorf("set MAC of %s: %w", ifc.Name, err)
+			}
+		}
+		addr, err := netlink.ParseAddr(ifc.Address)
+		if err != nil {
+			return fmt.Errorf("address of %s: %w", ifc.Name, err)
+		}
+		old, err := netlink.AddrList(l, netlink.FAMILY_V4)
+		if err != nil {
+			return fmt.Errorf("addresses of %s: %w", ifc.Name, err)
+		}
+		for _, o := range old {
+			if o.IPNet.String() == addr.IPNet.String() {
+				continue
+			}
+			if err := netlink.AddrDel(l, &o); err != nil {
+				return fmt.Errorf("remove %s from %s: %w", o.IPNet, ifc.Name, err)
+			}
+		}
+		if err := netlink.AddrReplace(l, addr); err != nil {
+			return fmt.Errorf("add %s to %s: %w", ifc.Address, ifc.Name, err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return fmt.Errorf("bring up %s: %w", ifc.Name, err)
+		}
+		if ifc.Gateway != "" && gateway == nil {
+			if gateway = net.ParseIP(ifc.Gateway); gateway == nil {
+				return fmt.Errorf("gateway of %s: bad address %q", ifc.Name, ifc.Gateway)
+			}
+			gatewayLink = l
+		}
+		if err := announce(l.Attrs().Index, mac, addr.IP); err != nil {
+			return fmt.Errorf("announce %s on %s: %w", addr.IP, ifc.Name, err)
+		}
+	}
+	if gateway != nil {
+		route := &netlink.Route{LinkIndex: gatewayLink.Attrs().Index, Gw: gateway}
+		if err := netlink.RouteReplace(route); err != nil {
+			return fmt.Errorf("default route via %s: %w", gateway, err)
+		}
+	}
+	return nil
+}
+
+// announce broadcasts a gratuitous ARP request (RFC 5227's ARP
+// announcement: sender and target both the new address) on the interface.
+// Hand-built: it is one 42-byte frame, and the guest has no arping.
+func announce(ifindex int, mac net.HardwareAddr, ip net.IP) error {
+	ip4 := ip.To4()
+	if ip4 == nil {
+		return nil
+	}
+	const ethPArp = 0x0806
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(ethPArp)))
+	if err != nil {
+		return fmt.Errorf("packet socket: %w", err)
+	}
+	defer unix.Close(fd)
+	broadcast := net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	pkt := make([]byte, 0, 28)
+	pkt = append(pkt, 0, 1, 0x08, 0x00, 6, 4, 0, 1) // Ethernet, IPv4, request
+	pkt = append(pkt, mac...)
+	pkt = append(pkt, ip4...)
+	pkt = append(pkt, 0, 0, 0, 0, 0, 0)
+	pkt = append(pkt, ip4...)
+	to := &unix.SockaddrLinklayer{Protocol: htons(ethPArp), Ifindex: ifindex, Halen: 6}
+	copy(to.Addr[:], broadcast)
+	if err := unix.Sendto(fd, pkt, 0, to); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	return nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }

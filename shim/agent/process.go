@@ -36,6 +36,9 @@ type process struct {
 	status  proto.ExitStatus
 	osProc  *os.Process
 	release func()
+	// ownUTS: the process got its own UTS namespace (a main process, not
+	// an exec), so a new hostname must be set there.
+	ownUTS bool
 }
 
 // signal sends sig unless the process has already been reaped (its pid may
@@ -303,6 +306,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 		stderr:  newOutput(a.opts.OutputLimit),
 		exited:  make(chan struct{}),
 		release: func() {},
+		ownUTS:  targetPid == 0,
 	}
 
 	a.pmu.Lock()

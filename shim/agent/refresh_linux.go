@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -15,6 +18,10 @@ import (
 type Refresher interface {
 	SetClock(t time.Time) error
 	Reseed(entropy []byte) error
+	// Readdress gives the interfaces a restored copy's MACs and addresses.
+	Readdress(ctx context.Context, spec *proto.NetworkSpec) error
+	// SetHostname sets name in the UTS namespace of process pid.
+	SetHostname(pid int, name string) error
 }
 
 // GuestRefresher is the Refresher of a real guest: it sets CLOCK_REALTIME
@@ -56,7 +63,7 @@ func (GuestRefresher) Reseed(entropy []byte) error {
 }
 
 // refresh serves OpRefresh.
-func (a *Agent) refresh(spec *proto.RefreshSpec) error {
+func (a *Agent) refresh(ctx context.Context, spec *proto.RefreshSpec) error {
 	if spec == nil {
 		return &agentError{proto.KindInvalid, "refresh: missing spec"}
 	}
@@ -74,6 +81,115 @@ func (a *Agent) refresh(spec *proto.RefreshSpec) error {
 			return err
 		}
 	}
-	a.log.Info("refreshed after restore", "clock", spec.TimeUnixNano > 0, "entropy_bytes", len(spec.Entropy))
+	if id := spec.Identity; id != nil {
+		if err := a.takeIdentity(ctx, r, id); err != nil {
+			return err
+		}
+	}
+	a.log.Info("refreshed after restore", "clock", spec.TimeUnixNano > 0, "entropy_bytes", len(spec.Entropy),
+		"identity", spec.Identity != nil)
 	return nil
+}
+
+// takeIdentity makes a restored copy the container the host says it now
+// is. The network goes first: the other steps cannot fail in a way that
+// would make a half-addressed guest worse.
+func (a *Agent) takeIdentity(ctx context.Context, r Refresher, id *proto.IdentitySpec) error {
+	if id.Network != nil {
+		if err := r.Readdress(ctx, id.Network); err != nil {
+			return fmt.Errorf("refresh: %w", err)
+		}
+	}
+	a.mu.Lock()
+	etcDir := a.etcDir
+	if id.Hostname != "" {
+		a.hostname = id.Hostname
+	}
+	var pids []int
+	for _, p := range a.procs {
+		p.mu.Lock()
+		if p.ownUTS && p.osProc != nil {
+			select {
+			case <-p.exited:
+			default:
+				pids = append(pids, p.osProc.Pid)
+			}
+		}
+		p.mu.Unlock()
+	}
+	a.mu.Unlock()
+	if etcDir != "" {
+		files := map[string]string{"hosts": id.Hosts, "resolv.conf": id.ResolvConf}
+		if id.Hostname != "" {
+			files["hostname"] = id.Hostname + "\n"
+		}
+		for name, content := range files {
+			if content == "" {
+				continue
+			}
+			if err := rewriteInPlace(filepath.Join(etcDir, name), content); err != nil {
+				return fmt.Errorf("refresh: %w", err)
+			}
+		}
+	}
+	if id.Hostname == "" {
+		return nil
+	}
+	for _, pid := range pids {
+		if err := r.SetHostname(pid, id.Hostname); err != nil {
+			return fmt.Errorf("refresh: %w", err)
+		}
+	}
+	return nil
+}
+
+// rewriteInPlace replaces a file's contents without replacing the file:
+// the container sees it through a bind mount of this very inode, which a
+// rename would leave behind.
+func rewriteInPlace(path, content string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("rewrite %s: %w", path, err)
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return fmt.Errorf("rewrite %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("rewrite %s: %w", path, err)
+	}
+	return nil
+}
+
+// Readdress implements Refresher with ReaddressNetwork.
+func (GuestRefresher) Readdress(ctx context.Context, spec *proto.NetworkSpec) error {
+	return ReaddressNetwork(ctx, spec)
+}
+
+// SetHostname joins pid's UTS namespace on a thread of its own, which is
+// thrown away afterwards rather than handed back to the Go scheduler in a
+// foreign namespace.
+func (GuestRefresher) SetHostname(pid int, name string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread ends with this goroutine.
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/uts", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("set hostname of pid %d: %w", pid, err)
+			return
+		}
+		err = unix.Setns(fd, unix.CLONE_NEWUTS)
+		unix.Close(fd)
+		if err != nil {
+			errc <- fmt.Errorf("set hostname of pid %d: join its uts namespace: %w", pid, err)
+			return
+		}
+		if err := unix.Sethostname([]byte(name)); err != nil {
+			errc <- fmt.Errorf("set hostname of pid %d: %w", pid, err)
+			return
+		}
+		errc <- nil
+	}()
+	return <-errc
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +21,9 @@ type fakeRefresher struct {
 	clock   time.Time
 	entropy []byte
 	fail    error
+
+	network   *proto.NetworkSpec
+	hostnames []string
 }
 
 func (f *fakeRefresher) SetClock(t time.Time) error {
@@ -26,6 +31,20 @@ func (f *fakeRefresher) SetClock(t time.Time) error {
 	defer f.mu.Unlock()
 	f.clock = t
 	return f.fail
+}
+
+func (f *fakeRefresher) Readdress(_ context.Context, spec *proto.NetworkSpec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.network = spec
+	return nil
+}
+
+func (f *fakeRefresher) SetHostname(pid int, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hostnames = append(f.hostnames, name)
+	return nil
 }
 
 func (f *fakeRefresher) Reseed(b []byte) error {
@@ -37,7 +56,12 @@ func (f *fakeRefresher) Reseed(b []byte) error {
 
 func refreshClient(t *testing.T, r agent.Refresher) *host.Client {
 	t.Helper()
-	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(t.TempDir()), StateDir: t.TempDir(), Refresher: r})
+	return refreshClientIn(t, r, t.TempDir())
+}
+
+func refreshClientIn(t *testing.T, r agent.Refresher, stateDir string) *host.Client {
+	t.Helper()
+	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(t.TempDir()), StateDir: stateDir, Refresher: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,5 +105,45 @@ func TestRefreshWithoutRefresher(t *testing.T) {
 	var ae *host.AgentError
 	if err := c.Refresh(ctx(t), proto.RefreshSpec{TimeUnixNano: 1}); !errors.As(err, &ae) || ae.Kind != proto.KindInvalid {
 		t.Errorf("refresh without a refresher: %v, want an invalid-request agent error", err)
+	}
+}
+
+// A restored copy takes its own identity: the network goes to the
+// Refresher, and the container's etc files change in place, because the
+// container sees them through bind mounts of those very inodes.
+func TestRefreshIdentity(t *testing.T) {
+	f := &fakeRefresher{}
+	state := t.TempDir()
+	c := refreshClientIn(t, f, state)
+	if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "old", Hosts: "10.0.0.2\told\n", ResolvConf: "nameserver 10.0.0.1\n"}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := filepath.Join(state, "etc", "hosts")
+	before, err := os.Stat(hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	net := &proto.NetworkSpec{Interfaces: []proto.InterfaceSpec{{MAC: "02:42:0a:7b:00:03", Name: "eth0", Address: "10.123.0.3/16", Gateway: "10.123.0.1"}}}
+	err = c.Refresh(ctx(t), proto.RefreshSpec{Identity: &proto.IdentitySpec{
+		Hostname: "new", Hosts: "10.123.0.3\tnew\n", ResolvConf: "nameserver 10.123.0.1\n", Network: net,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.network == nil || f.network.Interfaces[0].Address != "10.123.0.3/16" {
+		t.Errorf("network given to the refresher: %+v", f.network)
+	}
+	after, err := os.Stat(hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("/etc/hosts was replaced, not rewritten: the container's bind mount would keep the old one")
+	}
+	for name, want := range map[string]string{"hosts": "10.123.0.3\tnew\n", "resolv.conf": "nameserver 10.123.0.1\n", "hostname": "new\n"} {
+		got, err := os.ReadFile(filepath.Join(state, "etc", name))
+		if err != nil || string(got) != want {
+			t.Errorf("%s = %q (%v), want %q", name, got, err, want)
+		}
 	}
 }

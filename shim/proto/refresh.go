@@ -1,7 +1,5 @@
 package proto
 
-import "encoding/json"
-
 // OpRefresh freshens a guest that has just been restored from a snapshot,
 // whose clock stopped when the snapshot was taken and whose RNG state is
 // shared with every other restore of that snapshot. The agent sets the
@@ -18,8 +16,24 @@ type RefreshSpec struct {
 	// count), credited to the guest's pool before the RNG is reseeded, so
 	// that two restores of one snapshot do not draw the same numbers.
 	Entropy []byte `json:"entropy,omitempty"`
-	// Network is reserved for re-addressing the guest's interfaces after
-	// a restore (a new MAC/IP per restored copy, and an announcement);
-	// the agent ignores it until networking defines it.
-	Network json.RawMessage `json:"network,omitempty"`
+	// Identity, when set, gives the restored guest the identity of the
+	// container it now is: a copy of a snapshot must not answer with the
+	// name, addresses or MACs of the container it was taken from.
+	Identity *IdentitySpec `json:"identity,omitempty"`
+}
+
+// IdentitySpec is what differs between restored copies of one snapshot.
+type IdentitySpec struct {
+	// Hostname is set in the UTS namespace of every process that has its
+	// own (the main processes; execs share theirs).
+	Hostname string `json:"hostname,omitempty"`
+	// Hosts and ResolvConf replace the contents of the container's
+	// /etc/hosts and /etc/resolv.conf in place (they are bind mounts).
+	Hosts      string `json:"hosts,omitempty"`
+	ResolvConf string `json:"resolvConf,omitempty"`
+	// Network re-addresses the interfaces, found by their names from
+	// setup: each gets the new MAC and address, its old IPv4 addresses go,
+	// the default route is replaced, and the guest announces the new
+	// address with a gratuitous ARP. Nil leaves the interfaces alone.
+	Network *NetworkSpec `json:"network,omitempty"`
 }

@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// whoAmIServer serves, at /cgi-bin/id, the guest's hostname and eth0's
+// IPv4 address as the guest itself sees them at request time, so that a
+// restored copy shows whether it really took its own identity.
+const whoAmIServer = `mkdir -p /www/cgi-bin && ` +
+	`printf '#!/bin/sh\necho Content-Type: text/plain\necho\nhostname\nip -4 -o addr show eth0\n' > /www/cgi-bin/id && ` +
+	`chmod +x /www/cgi-bin/id && exec httpd -f -p 8080 -h /www`
+
+// whoAmI asks a container's published server who it is.
+func whoAmI(t *testing.T, name string) (hostname, addrLine string) {
+	t.Helper()
+	bound := inspectNet(t, name).NetworkSettings.Ports["8080/tcp"]
+	if len(bound) != 1 {
+		t.Fatalf("%s: Ports[8080/tcp] = %+v, want one binding", name, bound)
+	}
+	url := "http://127.0.0.1:" + bound[0].HostPort + "/cgi-bin/id"
+	var body string
+	eventually(t, name+" answers on its published port", func() string {
+		b, err := httpGet(url)
+		if err != nil {
+			return err.Error()
+		}
+		body = b
+		return ""
+	})
+	lines := strings.SplitN(body, "\n", 3)
+	if len(lines) < 2 {
+		t.Fatalf("%s: answer %q, want hostname and address lines", name, body)
+	}
+	return lines[0], lines[1]
+}
+
+// TestCheckpointForkIdentity: copies restored from one checkpoint of a
+// container on the default bridge each get their own address, MAC,
+// hostname and published port, and the guest itself answers with them.
+func TestCheckpointForkIdentity(t *testing.T) {
+	requireHusk(t)
+	requireBridge(t)
+	img := pulled(t, testimages.Busybox)
+	src := containerName(t, "-src")
+	mustDocker(t, "run", "-d", "--name", src, "-p", "127.0.0.1::8080", img, "sh", "-c", whoAmIServer)
+	srcNet := inspectNet(t, src).NetworkSettings
+	host, addr := whoAmI(t, src)
+	srcHostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", src))
+	if host != srcHostname || !strings.Contains(addr, " "+srcNet.IPAddress+"/16 ") {
+		t.Fatalf("source answers %q / %q, want hostname %s and address %s", host, addr, srcHostname, srcNet.IPAddress)
+	}
+
+	mustDocker(t, "checkpoint", "create", src, "cp")
+	cmd := exec.Command(huskCLI(t), "fork", src, "--checkpoint", "cp", "-n", "2")
+	cmd.Env = dockerEnv()
+	out, err := cmd.CombinedOutput()
+	t.Logf("$ husk fork %s --checkpoint cp -n 2\n%s", src, out)
+	if err != nil {
+		t.Fatalf("husk fork: %v", err)
+	}
+	forks := strings.Fields(string(out))
+	if len(forks) != 2 {
+		t.Fatalf("husk fork printed %q, want two names", out)
+	}
+	for _, f := range forks {
+		t.Cleanup(func() { docker(t, "rm", "-f", f) })
+	}
+
+	seen := map[string]string{}
+	for _, f := range forks {
+		ns := inspectNet(t, f).NetworkSettings
+		hostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", f))
+		if hostname == srcHostname {
+			t.Errorf("fork %s kept the source's hostname %s", f, hostname)
+		}
+		if bridgeAddr.FindStringSubmatch(ns.IPAddress) == nil {
+			t.Errorf("fork %s: IPAddress %q, want one on the default bridge", f, ns.IPAddress)
+		}
+		for what, v := range map[string]string{"address": ns.IPAddress, "MAC": ns.MacAddress, "hostname": hostname} {
+			if other, dup := seen[what+v]; dup {
+				t.Errorf("forks %s and %s share the %s %s", other, f, what, v)
+			}
+			seen[what+v] = f
+		}
+		gotHost, gotAddr := whoAmI(t, f)
+		if gotHost != hostname {
+			t.Errorf("fork %s: the guest says its hostname is %q, want %q", f, gotHost, hostname)
+		}
+		if !strings.Contains(gotAddr, " "+ns.IPAddress+"/16 ") {
+			t.Errorf("fork %s: the guest's eth0 is %q, want address %s", f, gotAddr, ns.IPAddress)
+		}
+		if ns.IPAddress == srcNet.IPAddress && strings.Contains(gotAddr, srcNet.IPAddress) {
+			continue // the source is stopped, so its address may be reused
+		}
+		if strings.Contains(gotAddr, " "+srcNet.IPAddress+"/") {
+			t.Errorf("fork %s still holds the source's address: %q", f, gotAddr)
+		}
+	}
+
+	// The source itself restores too, beside its forks, with an address
+	// of its own.
+	mustDocker(t, "start", "--checkpoint", "cp", src)
+	ns := inspectNet(t, src).NetworkSettings
+	if _, dup := seen["address"+ns.IPAddress]; dup {
+		t.Errorf("restored source got address %s, which a running fork holds", ns.IPAddress)
+	}
+	gotHost, gotAddr := whoAmI(t, src)
+	if gotHost != srcHostname || !strings.Contains(gotAddr, " "+ns.IPAddress+"/16 ") {
+		t.Errorf("restored source answers %q / %q, want %s and %s", gotHost, gotAddr, srcHostname, ns.IPAddress)
+	}
+	t.Logf("forks: %v", forks)
+}
