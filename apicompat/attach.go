@@ -16,6 +16,8 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types"
 	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // closeGrace bounds how long a finished attach waits for the client to
@@ -41,6 +43,10 @@ func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *
 		return err
 	}
 	tty := ctr.Config != nil && ctr.Config.Tty
+	// Bad detach keys are refused before the connection is taken over.
+	if _, err := containers.ParseDetachKeys(r.Form.Get("detachKeys")); err != nil {
+		return err
+	}
 
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {

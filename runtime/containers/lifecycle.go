@@ -175,6 +175,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
 		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
 		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
+		ConsoleSize: consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
 	})
 	if err != nil {
 		return nil, err

@@ -219,10 +219,6 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
 	}
-	if req.Config.Tty {
-		// The agent has no PTY support yet; refusing here costs no VM boot.
-		return resp, errdefs.ErrInvalidArgument.WithMessage("husk does not support a TTY (-t) yet")
-	}
 	name := strings.TrimPrefix(req.Name, "/")
 
 	img, err := m.images.Resolve(ctx, req.Config.Image)

@@ -338,7 +338,13 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		}
 		return s.respond(proto.Response{Pid: p.pid})
 	case proto.OpResize:
-		return &agentError{proto.KindInvalid, "tty is not supported yet"}
+		if req.Resize == nil {
+			return &agentError{proto.KindInvalid, "resize: missing size"}
+		}
+		if err := p.resize(*req.Resize); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{Pid: p.pid})
 	case proto.OpForget:
 		if err := a.forget(p); err != nil {
 			return err

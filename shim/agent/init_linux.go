@@ -112,6 +112,12 @@ func containerInit() error {
 		return fmt.Errorf("create working directory %s: %w", cwd, err)
 	}
 
+	if spec.Terminal {
+		if err := setupTerminal(spec.ConsoleSize, u.UID); err != nil {
+			return err
+		}
+	}
+
 	groups := u.Groups
 	if err := syscall.Setgroups(groups); err != nil {
 		return fmt.Errorf("setgroups %v: %w", groups, err)

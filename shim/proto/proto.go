@@ -129,6 +129,8 @@ type ProcessSpec struct {
 	// /etc/group, and adds the user's supplementary groups.
 	User     string `json:"user,omitempty"`
 	Terminal bool   `json:"terminal,omitempty"`
+	// ConsoleSize is the terminal's initial size when Terminal is set.
+	ConsoleSize *WindowSize `json:"consoleSize,omitempty"`
 	// Stdin: the host will attach an OpStdin stream; otherwise stdin is
 	// /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
