@@ -22,6 +22,9 @@ type Config struct {
 	System     System
 	Logger     *slog.Logger
 
+	// Feature backends beyond the core lifecycle.
+	Execs Execs
+
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
 	// the docker CLI this project targets).
@@ -108,6 +111,11 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/containers/{name}/resize", s.resizeContainer)
 	s.handle(http.MethodPost, "/containers/{name}/attach", s.attachContainer)
 	s.handle(http.MethodDelete, "/containers/{name}", s.removeContainer)
+
+	s.handle(http.MethodPost, "/containers/{name}/exec", s.createExec)
+	s.handle(http.MethodPost, "/exec/{name}/start", s.startExec)
+	s.handle(http.MethodPost, "/exec/{name}/resize", s.resizeExec)
+	s.handle(http.MethodGet, "/exec/{name}/json", s.inspectExec)
 
 	s.handle(http.MethodGet, "/images/json", s.listImages)
 	s.handle(http.MethodGet, "/images/get", s.saveImages)

@@ -20,6 +20,8 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 	if err != nil {
 		return container.InspectResponse{}, err
 	}
+	// Before c.mu: an exec start holds its own lock while it takes c.mu.
+	execIDs := m.execs.running(c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rec := c.rec
@@ -40,6 +42,7 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 		HostConfig:      &hc,
 		Mounts:          []container.MountPoint{},
 		Config:          &cfg,
+		ExecIDs:         execIDs,
 		NetworkSettings: &container.NetworkSettings{Ports: network.PortMap{}, Networks: map[string]*network.EndpointSettings{}},
 	}, nil
 }

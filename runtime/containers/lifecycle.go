@@ -567,6 +567,7 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 	if err := os.RemoveAll(c.dir); err != nil {
 		m.log.Warn("remove container dir", "dir", c.dir, "err", err)
 	}
+	m.execs.dropContainer(c)
 	m.mu.Lock()
 	delete(m.byID, c.rec.ID)
 	if m.byName[c.rec.Name] == c {

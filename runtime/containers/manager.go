@@ -85,6 +85,8 @@ type Manager struct {
 	mu     sync.Mutex
 	byID   map[string]*ctr
 	byName map[string]*ctr // name without the leading "/"
+
+	execs execStore
 }
 
 // Record is a container as persisted.

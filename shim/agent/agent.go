@@ -324,7 +324,7 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		}
 		return nil
 	case proto.OpStdin:
-		if p.stdin == nil {
+		if p.stdinFile() == nil {
 			return &agentError{proto.KindInvalid, fmt.Sprintf("process %s has no stdin", p.id)}
 		}
 		if err := s.respond(proto.Response{Pid: p.pid}); err != nil {
@@ -378,10 +378,10 @@ func (a *Agent) forget(p *process) error {
 		return &agentError{proto.KindInvalid, fmt.Sprintf("process %s is still running", p.id)}
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.procs[p.id] == p {
 		delete(a.procs, p.id)
 	}
+	a.mu.Unlock()
 	p.release()
 	return nil
 }

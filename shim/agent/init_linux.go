@@ -107,9 +107,12 @@ func containerInit() error {
 	if cwd == "" {
 		cwd = "/"
 	}
-	// Docker creates a missing working directory, owned by root.
-	if err := os.MkdirAll(cwd, 0o755); err != nil {
-		return fmt.Errorf("create working directory %s: %w", cwd, err)
+	// Docker creates a missing working directory, owned by root, for a
+	// container's main process; an exec into a missing one fails (runc).
+	if cfg.Mounts {
+		if err := os.MkdirAll(cwd, 0o755); err != nil {
+			return fmt.Errorf("create working directory %s: %w", cwd, err)
+		}
 	}
 
 	if spec.Terminal {

@@ -27,7 +27,10 @@ type process struct {
 	pid int
 
 	stdinMu sync.Mutex // one stdin attachment at a time
-	stdin   *os.File   // nil when the process has no stdin stream
+	// stdin is nil when the process has no stdin stream (any more).
+	// Guarded by mu, not stdinMu: release must not wait for an attachment
+	// blocked reading from the host.
+	stdin *os.File
 
 	stdout, stderr *output
 	// tty is the master side of the process's terminal; nil without one.
@@ -80,17 +83,28 @@ func (p *process) setExit(ws unix.WaitStatus) {
 func (p *process) copyStdin(src io.Reader, sess *yamux.Session) {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
-	if p.stdin == nil {
+	f := p.stdinFile()
+	if f == nil {
 		return
 	}
-	_, err := io.Copy(p.stdin, src)
+	_, err := io.Copy(f, src)
 	if sess.IsClosed() {
 		return
 	}
 	if err == nil || errors.Is(err, syscall.EPIPE) {
-		p.stdin.Close()
-		p.stdin = nil
+		p.mu.Lock()
+		if p.stdin == f {
+			f.Close()
+			p.stdin = nil
+		}
+		p.mu.Unlock()
 	}
+}
+
+func (p *process) stdinFile() *os.File {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdin
 }
 
 // startReaper collects exit statuses on SIGCHLD. Only the reaper waits for
@@ -390,14 +404,12 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 		go p.stderr.pump(errR)
 	}
 	p.release = func() {
-		p.stdinMu.Lock()
-		defer p.stdinMu.Unlock()
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		if p.stdin != nil {
 			p.stdin.Close()
 			p.stdin = nil
 		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
 		if p.tty != nil {
 			p.tty.Close()
 			p.tty = nil

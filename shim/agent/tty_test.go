@@ -98,3 +98,29 @@ func TestExecWithTerminal(t *testing.T) {
 		t.Errorf("exec with a terminal: got %q, want %q", r.stdout, want)
 	}
 }
+
+// Forgetting a process whose stdin attachment is still open (a terminal
+// session whose host side never closed its input) must not wedge the agent.
+func TestForgetWithOpenStdin(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.connect(t)
+	setup(t, c)
+	p, err := c.Start(ctx(t), "p", proto.ProcessSpec{Args: []string{"sh", "-c", "exit 0"}, Stdin: true, Terminal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := p.Stdin(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if r := collect(t, p); r.exit.Code != 0 {
+		t.Fatalf("exit %+v", r.exit)
+	}
+	if err := p.Forget(ctx(t)); err != nil {
+		t.Fatalf("forget: %v", err)
+	}
+	if r := run(t, c, "q", proto.ProcessSpec{Args: []string{"echo", "alive"}}); r.stdout != "alive\n" {
+		t.Errorf("after forget: %+v", r)
+	}
+}
