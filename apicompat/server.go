@@ -23,7 +23,8 @@ type Config struct {
 	Logger     *slog.Logger
 
 	// Feature backends beyond the core lifecycle.
-	Execs Execs
+	Execs    Execs
+	Archives Archives
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -116,6 +117,9 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/exec/{name}/start", s.startExec)
 	s.handle(http.MethodPost, "/exec/{name}/resize", s.resizeExec)
 	s.handle(http.MethodGet, "/exec/{name}/json", s.inspectExec)
+	s.handle(http.MethodHead, "/containers/{name}/archive", s.headArchive)
+	s.handle(http.MethodGet, "/containers/{name}/archive", s.getArchive)
+	s.handle(http.MethodPut, "/containers/{name}/archive", s.putArchive)
 
 	s.handle(http.MethodGet, "/images/json", s.listImages)
 	s.handle(http.MethodGet, "/images/get", s.saveImages)

@@ -122,6 +122,7 @@ func run(parent context.Context, cfg Config) error {
 		Images:     imageAPI{Service: images, disks: disks, log: logger},
 		Containers: mgr,
 		Execs:      mgr,
+		Archives:   mgr,
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, "qemu-system-x86_64")},
 		Logger:  logger,

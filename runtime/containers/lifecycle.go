@@ -43,6 +43,11 @@ type ctr struct {
 	run     *run // non-nil from start until the VM is gone
 	waiters []waiter
 	removed bool
+	// busy is set while a VM of a stopped container does maintenance
+	// (docker cp); a start or removal meanwhile is refused.
+	busy bool
+	// maint serialises maintenance VMs.
+	maint sync.Mutex
 }
 
 // run is one boot of a container's VM.
@@ -90,6 +95,9 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	if c.removed {
 		return errdefs.ErrNotFound.WithMessage("No such container: " + ref)
 	}
+	if c.busy {
+		return errBusy(c.rec.ID)
+	}
 	if c.run != nil {
 		if c.rec.State.Running {
 			return errdefs.ErrNotModified.WithMessage("Container already started")
@@ -119,59 +127,16 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 // boot starts the VM, waits for the agent, prepares the root and starts the
 // main process. On error nothing is left running. Callers hold c.mu.
 func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
-	m := c.m
-	layers, err := m.images.Layers(ctx, c.rec.ImageID)
+	machine, client, err := c.bootVM(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
-	}
-	base, err := m.disks.EnsureBase(ctx, c.rec.ImageID, layers)
-	if err != nil {
-		return nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
-	}
-	vmDir := filepath.Join(c.dir, "vm")
-	if err := os.MkdirAll(vmDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create vm dir: %w", err)
-	}
-	c.rec.VMDir = vmDir
-	g := m.guest
-	machine, err := g.Driver.Start(ctx, vmm.Config{
-		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
-		MemoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), CPUs: cpus(c.rec.HostConfig, g.CPUs), Accel: g.Accel,
-		Disks: []vmm.Disk{
-			{Path: base, ReadOnly: true, Serial: baseSerial},
-			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("boot %s: %w", c.rec.ID[:12], err)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			_ = machine.Kill()
-			waitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = machine.Wait(waitCtx)
-			cancel()
-			_ = machine.Cleanup()
-		}
-	}()
-	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
-	defer cancel()
-	client, err := connectAgent(readyCtx, machine)
-	if err != nil {
-		return nil, fmt.Errorf("boot %s: %w (console log: %s)", c.rec.ID[:12], err, filepath.Join(vmDir, "console.log"))
-	}
-	defer func() {
-		if err != nil {
-			_ = client.Close()
+			stopVM(machine, client)
 		}
 	}()
 	cfg := c.rec.Config
-	if err := client.Setup(ctx, proto.SetupSpec{
-		Hostname: cfg.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
-		Hosts: hostsFile(cfg.Hostname),
-	}); err != nil {
-		return nil, fmt.Errorf("set up guest root: %w", err)
-	}
 	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
 		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
 		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
@@ -187,6 +152,75 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 		}
 	}
 	return r, nil
+}
+
+// stopVM takes down a VM whose main process never started.
+func stopVM(machine vmm.Machine, client *host.Client) {
+	_ = client.Close()
+	_ = machine.Kill()
+	waitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = machine.Wait(waitCtx)
+	cancel()
+	_ = machine.Cleanup()
+}
+
+// bootVM starts the container's VM, waits for the agent and prepares the
+// root. On error nothing is left running. Callers hold c.mu.
+func (c *ctr) bootVM(ctx context.Context) (_ vmm.Machine, _ *host.Client, err error) {
+	m := c.m
+	layers, err := m.images.Layers(ctx, c.rec.ImageID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
+	}
+	base, err := m.disks.EnsureBase(ctx, c.rec.ImageID, layers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
+	}
+	vmDir := filepath.Join(c.dir, "vm")
+	if err := os.MkdirAll(vmDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("create vm dir: %w", err)
+	}
+	c.rec.VMDir = vmDir
+	g := m.guest
+	machine, err := g.Driver.Start(ctx, vmm.Config{
+		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
+		MemoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), CPUs: cpus(c.rec.HostConfig, g.CPUs), Accel: g.Accel,
+		Disks: []vmm.Disk{
+			{Path: base, ReadOnly: true, Serial: baseSerial},
+			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
+		},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot %s: %w", c.rec.ID[:12], err)
+	}
+	defer func() {
+		if err != nil {
+			_ = machine.Kill()
+			waitCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = machine.Wait(waitCtx)
+			cancel()
+			_ = machine.Cleanup()
+		}
+	}()
+	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
+	defer cancel()
+	client, err := connectAgent(readyCtx, machine)
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", c.rec.ID[:12], err, filepath.Join(vmDir, "console.log"))
+	}
+	defer func() {
+		if err != nil {
+			_ = client.Close()
+		}
+	}()
+	cfg := c.rec.Config
+	if err := client.Setup(ctx, proto.SetupSpec{
+		Hostname: cfg.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
+		Hosts: hostsFile(cfg.Hostname),
+	}); err != nil {
+		return nil, nil, fmt.Errorf("set up guest root: %w", err)
+	}
+	return machine, client, nil
 }
 
 // connectAgent dials the agent until it answers: the guest is booting. One
@@ -538,6 +572,10 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 	if c.removed {
 		c.mu.Unlock()
 		return nil
+	}
+	if c.busy {
+		c.mu.Unlock()
+		return errBusy(c.rec.ID)
 	}
 	if r != nil && !opts.Force {
 		c.mu.Unlock()

@@ -295,6 +295,8 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return a.answerExit(sess, s, p)
 	case proto.OpShutdown:
 		return a.shutdown(ctx, s)
+	case proto.OpArchiveStat, proto.OpArchiveGet, proto.OpArchivePut:
+		return a.archive(s, req)
 	}
 
 	p := a.lookup(req.ID)

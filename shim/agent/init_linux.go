@@ -39,6 +39,9 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // /proc, root, user and working directory, so a small init (this binary)
 // does that work and then replaces itself with the program.
 func Reexec() {
+	if len(os.Args) > 0 && os.Args[0] == archiveArg0 {
+		runArchiveHelper()
+	}
 	if len(os.Args) == 0 || os.Args[0] != initArg0 {
 		return
 	}

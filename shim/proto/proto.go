@@ -68,6 +68,7 @@ type Request struct {
 	Process *ProcessSpec `json:"process,omitempty"`
 	Signal  int          `json:"signal,omitempty"`
 	Resize  *WindowSize  `json:"resize,omitempty"`
+	Archive *ArchiveSpec `json:"archive,omitempty"`
 }
 
 // Response is the agent's answer line.
@@ -80,6 +81,7 @@ type Response struct {
 	Pid     int         `json:"pid,omitempty"`
 	Exit    *ExitStatus `json:"exit,omitempty"`
 	Info    *AgentInfo  `json:"info,omitempty"`
+	Stat    *PathStat   `json:"stat,omitempty"`
 }
 
 // ErrorKind lets the host map guest failures to the error Docker users see.
