@@ -25,6 +25,7 @@ type Config struct {
 	// Feature backends beyond the core lifecycle.
 	Execs    Execs
 	Archives Archives
+	Admin    ContainerAdmin
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -120,6 +121,11 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodHead, "/containers/{name}/archive", s.headArchive)
 	s.handle(http.MethodGet, "/containers/{name}/archive", s.getArchive)
 	s.handle(http.MethodPut, "/containers/{name}/archive", s.putArchive)
+	s.handle(http.MethodPost, "/containers/prune", s.pruneContainers)
+	s.handle(http.MethodPost, "/containers/{name}/rename", s.renameContainer)
+	s.handle(http.MethodPost, "/containers/{name}/pause", s.pauseContainer)
+	s.handle(http.MethodPost, "/containers/{name}/unpause", s.unpauseContainer)
+	s.handle(http.MethodGet, "/containers/{name}/top", s.topContainer)
 
 	s.handle(http.MethodGet, "/images/json", s.listImages)
 	s.handle(http.MethodGet, "/images/get", s.saveImages)

@@ -123,6 +123,7 @@ func run(parent context.Context, cfg Config) error {
 		Containers: mgr,
 		Execs:      mgr,
 		Archives:   mgr,
+		Admin:      mgr,
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, "qemu-system-x86_64")},
 		Logger:  logger,

@@ -110,7 +110,7 @@ func (m *Manager) ExecCreate(ctx context.Context, ref string, opts ExecOptions) 
 	if _, err := ParseDetachKeys(opts.DetachKeys); err != nil {
 		return "", err
 	}
-	if err := c.checkExecutable(); err != nil {
+	if err := c.checkExecutable(ref); err != nil {
 		return "", err
 	}
 	id, err := newID()
@@ -122,15 +122,15 @@ func (m *Manager) ExecCreate(ctx context.Context, ref string, opts ExecOptions) 
 }
 
 // checkExecutable refuses an exec into a container that is not running,
-// in dockerd's words.
-func (c *ctr) checkExecutable() error {
+// in dockerd's words (which name a paused container as the client did).
+func (c *ctr) checkExecutable(ref string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.run == nil || !c.rec.State.Running:
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not running", c.rec.ID))
 	case c.rec.State.Paused:
-		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container before exec", c.rec.ID))
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container before exec", ref))
 	}
 	return nil
 }
@@ -155,7 +155,7 @@ func (m *Manager) ExecStart(ctx context.Context, id string, opts ExecStartOption
 		e.mu.Unlock()
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Error: Exec command %s %s", id, state))
 	}
-	if err := c.checkExecutable(); err != nil {
+	if err := c.checkExecutable(c.rec.ID); err != nil {
 		e.mu.Unlock()
 		return err
 	}

@@ -422,6 +422,9 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) er
 	if err != nil {
 		return err
 	}
+	if err := c.resumeForSignal(ctx); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	r := c.run
 	running := c.rec.State.Running
@@ -498,6 +501,9 @@ func (m *Manager) Kill(ctx context.Context, ref, signal string) error {
 	}
 	sig, err := parseSignal(signal, syscall.SIGKILL)
 	if err != nil {
+		return err
+	}
+	if err := c.resumeForSignal(ctx); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -583,6 +589,9 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 	}
 	c.mu.Unlock()
 	if r != nil {
+		if err := c.resumeForSignal(ctx); err != nil {
+			return err
+		}
 		if err := c.kill(ctx, r, syscall.SIGKILL, true); err != nil {
 			return err
 		}
@@ -655,6 +664,17 @@ func (c *ctr) reattach(ctx context.Context) error {
 	machine, err := c.m.guest.Driver.Reattach(ctx, c.rec.VMDir)
 	if err != nil {
 		return fmt.Errorf("reattach VMM: %w", err)
+	}
+	// A paused guest cannot answer; it is paused again once reattached.
+	if c.rec.State.Paused {
+		if err := machine.Resume(ctx); err != nil {
+			return fmt.Errorf("resume paused VM to reattach: %w", err)
+		}
+		defer func() {
+			if err := machine.Pause(ctx); err != nil {
+				c.m.log.Error("pause reattached VM again", "id", c.rec.ID[:12], "err", err)
+			}
+		}()
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -347,6 +347,12 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			return err
 		}
 		return s.respond(proto.Response{Pid: p.pid})
+	case proto.OpTop:
+		procs, err := a.top(p)
+		if err != nil {
+			return err
+		}
+		return s.respond(proto.Response{Pid: p.pid, Processes: procs})
 	case proto.OpForget:
 		if err := a.forget(p); err != nil {
 			return err

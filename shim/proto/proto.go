@@ -82,6 +82,8 @@ type Response struct {
 	Exit    *ExitStatus `json:"exit,omitempty"`
 	Info    *AgentInfo  `json:"info,omitempty"`
 	Stat    *PathStat   `json:"stat,omitempty"`
+	// Processes answers OpTop.
+	Processes []ProcessInfo `json:"processes,omitempty"`
 }
 
 // ErrorKind lets the host map guest failures to the error Docker users see.
