@@ -43,6 +43,7 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 		Mounts:          []container.MountPoint{},
 		Config:          &cfg,
 		ExecIDs:         execIDs,
+		RestartCount:    rec.RestartCount,
 		NetworkSettings: &container.NetworkSettings{Ports: network.PortMap{}, Networks: map[string]*network.EndpointSettings{}},
 	}, nil
 }
@@ -113,6 +114,8 @@ func statusText(s container.State, now time.Time) string {
 		return fmt.Sprintf("Exited (%d) %s ago", s.ExitCode, humanDuration(now.Sub(parseTime(s.FinishedAt))))
 	case container.StateCreated:
 		return "Created"
+	case container.StateRestarting:
+		return fmt.Sprintf("Restarting (%d) %s ago", s.ExitCode, humanDuration(now.Sub(parseTime(s.FinishedAt))))
 	case container.StatePaused:
 		return "Up " + humanDuration(now.Sub(parseTime(s.StartedAt))) + " (Paused)"
 	}

@@ -47,7 +47,8 @@ type ctr struct {
 	// (docker cp); a start or removal meanwhile is refused.
 	busy bool
 	// maint serialises maintenance VMs.
-	maint sync.Mutex
+	maint   sync.Mutex
+	restart restartState
 }
 
 // run is one boot of a container's VM.
@@ -71,6 +72,16 @@ func (m *Manager) Start(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
+	if c.run == nil {
+		// An API start is a fresh start: the policy's count and a manual
+		// stop are forgotten, and a scheduled restart is taken over.
+		c.cancelRestart()
+		c.restart = restartState{}
+		c.rec.ManuallyStopped = false
+		c.rec.RestartCount = 0
+	}
+	c.mu.Unlock()
 	err = c.start(ctx, ref)
 	if err != nil && !errdefs.IsNotModified(err) && !errdefs.IsConflict(err) && c.autoRemove() {
 		// As dockerd: a --rm container whose start failed is removed, and
@@ -308,6 +319,9 @@ func (c *ctr) monitor(r *run) {
 	c.notifyExit(code, errMsg)
 	close(r.exited)
 	autoRemove := c.rec.HostConfig.AutoRemove
+	if c.wantsRestart(code) {
+		c.scheduleRestart(parseTime(c.rec.State.FinishedAt).Sub(parseTime(c.rec.State.StartedAt)))
+	}
 	c.mu.Unlock()
 	c.m.log.Info("container exited", "id", c.rec.ID[:12], "code", code)
 
@@ -426,6 +440,14 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) er
 		return err
 	}
 	c.mu.Lock()
+	if !m.isShuttingDown() {
+		c.rec.ManuallyStopped = true
+	}
+	c.restart.stopped = true
+	if c.cancelRestart() {
+		c.mu.Unlock()
+		return nil
+	}
 	r := c.run
 	running := c.rec.State.Running
 	stopSignal := c.rec.Config.StopSignal
@@ -509,6 +531,9 @@ func (m *Manager) Kill(ctx context.Context, ref, signal string) error {
 	c.mu.Lock()
 	r := c.run
 	running := c.rec.State.Running
+	if running && !m.isShuttingDown() {
+		c.rec.ManuallyStopped = true
+	}
 	c.mu.Unlock()
 	if r == nil || !running {
 		// The API layer prefixes "Cannot kill container: <ref>: ".
@@ -583,6 +608,8 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 		c.mu.Unlock()
 		return errBusy(c.rec.ID)
 	}
+	c.restart.stopped = true
+	c.cancelRestart()
 	if r != nil && !opts.Force {
 		c.mu.Unlock()
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("You cannot remove a running container %s. Stop the container before attempting removal or force remove", c.rec.ID))
@@ -654,6 +681,7 @@ func (m *Manager) Restore(ctx context.Context) {
 		}
 		c.mu.Unlock()
 	}
+	m.restartOnBoot()
 }
 
 // reattach is Restore for one container. Callers hold c.mu.
@@ -701,6 +729,7 @@ func (c *ctr) reattach(ctx context.Context) error {
 // without live-restore.
 func (m *Manager) Shutdown(ctx context.Context) {
 	m.mu.Lock()
+	m.shuttingDown = true
 	var running []*ctr
 	for _, c := range m.byID {
 		if c != nil {

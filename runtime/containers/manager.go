@@ -87,6 +87,9 @@ type Manager struct {
 	byName map[string]*ctr // name without the leading "/"
 
 	execs execStore
+	// shuttingDown: the daemon is stopping containers, which must not
+	// restart by policy. Guarded by mu.
+	shuttingDown bool
 }
 
 // Record is a container as persisted.
@@ -103,6 +106,11 @@ type Record struct {
 	State      container.State
 	// VMDir is where the VMM keeps its sockets while the container runs.
 	VMDir string
+	// RestartCount counts restarts by policy since the last API start.
+	RestartCount int
+	// ManuallyStopped: stopped or killed through the API since its last
+	// start (an unless-stopped container then stays down).
+	ManuallyStopped bool
 }
 
 const recordFile = "config.json"
