@@ -28,6 +28,11 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 	state := rec.State
 	cfg := *rec.Config
 	hc := *rec.HostConfig
+	// The logs are stored in dockerd's json-file format; clients such as
+	// docker-py read the driver from here to decide whether logs exist.
+	if hc.LogConfig.Type == "" {
+		hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{}}
+	}
 	return container.InspectResponse{
 		ID:              rec.ID,
 		Created:         rec.Created.Format(time.RFC3339Nano),
