@@ -52,7 +52,7 @@ func api(t *testing.T, method, path, body string) apiResult {
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
 	r := apiResult{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
-	t.Logf("%s %s %s\n  %d %q", method, path, body, r.Status, clip(r.Body))
+	t.Logf("%s %s %q\n  %d %q", method, path, clip(body), r.Status, clip(r.Body))
 	return r
 }
 
