@@ -8,8 +8,9 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 # What huskd needs to run containers.
 RUN_PKGS  := qemu-system-x86 linux-image-cloud-amd64 e2fsprogs iproute2
-# What the tests need beyond that: a real registry, busybox for test images.
-TEST_PKGS := $(RUN_PKGS) docker-registry busybox-static
+# What the tests need beyond that: a real registry, busybox for test images,
+# docker-py (a real SDK in the e2e suite).
+TEST_PKGS := $(RUN_PKGS) docker-registry busybox-static python3-docker
 HUSKD_FLAGS ?=
 
 .PHONY: all build deps-run deps-test run test unit e2e bench lint clean

@@ -16,6 +16,8 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types"
 	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // closeGrace bounds how long a finished attach waits for the client to
@@ -41,15 +43,66 @@ func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *
 		return err
 	}
 	tty := ctr.Config != nil && ctr.Config.Tty
+	// Bad detach keys are refused before the connection is taken over.
+	if _, err := containers.ParseDetachKeys(r.Form.Get("detachKeys")); err != nil {
+		return err
+	}
 
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	opts := AttachOptions{
+		Logs:       boolValue(r, "logs"),
+		Stream:     boolValue(r, "stream"),
+		DetachKeys: r.Form.Get("detachKeys"),
+	}
+	h, err := s.hijack(ctx, w, r, tty, boolValue(r, "stdin"))
 	if err != nil {
 		return fmt.Errorf("error attaching to container %s, hijack connection missing: %w", name, err)
+	}
+	if h == nil {
+		s.log.Debug("attach: client went away before the answer", "container", name)
+		return nil
+	}
+	defer h.finish()
+	if boolValue(r, "stdout") {
+		opts.Stdout = h.stdout
+	}
+	if boolValue(r, "stderr") {
+		opts.Stderr = h.stderr
+	}
+	if h.stdin != nil {
+		opts.Stdin = h.stdin
+	}
+	if err := s.cfg.Containers.Attach(h.ctx, name, opts); err != nil && h.ctx.Err() == nil {
+		s.log.Error("attach failed", "container", name, "error", err)
+		fmt.Fprintln(h.stdout, "Error attaching:", err)
+	}
+	return nil
+}
+
+// hijacked is a connection taken over from net/http for a bidirectional
+// stream (attach, exec start): output goes back framed with stdcopy unless
+// there is a TTY, and the client's input feeds stdin.
+type hijacked struct {
+	conn           net.Conn
+	stdout, stderr io.Writer
+	// stdin is the client's input; nil unless asked for.
+	stdin *io.PipeReader
+	// ctx lives as long as the client: it ends when the client hangs up.
+	ctx        context.Context
+	cancel     context.CancelFunc
+	clientDone chan struct{}
+	stopWatch  func()
+}
+
+// hijack takes the connection over and writes dockerd's answer head. It
+// returns nil and no error when the client went away before the head.
+func (s *server) hijack(ctx context.Context, w http.ResponseWriter, r *http.Request, tty, withStdin bool) (*hijacked, error) {
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return nil, err
 	}
 	if tw, ok := w.(*trackingWriter); ok {
 		tw.hijacked()
 	}
-	defer conn.Close()
 
 	// The answer dockerd writes by hand on the hijacked connection. Without
 	// an Upgrade header it says raw-stream even when the frames are
@@ -65,36 +118,24 @@ func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *
 		head = "HTTP/1.1 200 OK\r\nContent-Type: " + types.MediaTypeRawStream + "\r\n\r\n"
 	}
 	if _, err := io.WriteString(conn, head); err != nil {
-		s.log.Debug("attach: client went away before the answer", "container", name, "error", err)
-		return nil
+		conn.Close()
+		return nil, nil
 	}
 
+	h := &hijacked{conn: conn, clientDone: make(chan struct{})}
 	var mu sync.Mutex
-	opts := AttachOptions{
-		Logs:       boolValue(r, "logs"),
-		Stream:     boolValue(r, "stream"),
-		DetachKeys: r.Form.Get("detachKeys"),
-	}
-	var stdout, stderr io.Writer = lockedWriter{mu: &mu, w: conn}, lockedWriter{mu: &mu, w: conn}
+	h.stdout, h.stderr = lockedWriter{mu: &mu, w: conn}, lockedWriter{mu: &mu, w: conn}
 	if !tty {
-		stdout = muxWriter{mu: &mu, w: conn, stream: stdcopy.Stdout}
-		stderr = muxWriter{mu: &mu, w: conn, stream: stdcopy.Stderr}
-	}
-	if boolValue(r, "stdout") {
-		opts.Stdout = stdout
-	}
-	if boolValue(r, "stderr") {
-		opts.Stderr = stderr
+		h.stdout = muxWriter{mu: &mu, w: conn, stream: stdcopy.Stdout}
+		h.stderr = muxWriter{mu: &mu, w: conn, stream: stdcopy.Stderr}
 	}
 
-	// One goroutine owns the read side for the whole attach: it feeds stdin
+	// One goroutine owns the read side for the whole stream: it feeds stdin
 	// while the backend wants it, then keeps reading until the client
-	// closes, so that the end of the attach can tell when that happened.
-	var stdinR *io.PipeReader
+	// closes, so that the end of the stream can tell when that happened.
 	var stdinW *io.PipeWriter
-	if boolValue(r, "stdin") {
-		stdinR, stdinW = io.Pipe()
-		opts.Stdin = stdinR
+	if withStdin {
+		h.stdin, stdinW = io.Pipe()
 	}
 	// What the client sent right behind the request head (stdin typed
 	// early) sits in net/http's buffer; after it, the connection is read
@@ -102,49 +143,46 @@ func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *
 	// request's context at the client's half-close.
 	early, err := brw.Reader.Peek(brw.Reader.Buffered())
 	if err != nil {
-		return fmt.Errorf("attach %s: read buffered input: %w", name, err)
+		conn.Close()
+		return nil, fmt.Errorf("read buffered input: %w", err)
 	}
 	fromClient := io.MultiReader(bytes.NewReader(bytes.Clone(early)), conn)
-	clientDone := make(chan struct{})
 	go func() {
-		defer close(clientDone)
+		defer close(h.clientDone)
 		readClient(fromClient, stdinW)
 	}()
 
-	// The attach lives as long as the process or the client, not as long
+	// The stream lives as long as the process or the client, not as long
 	// as net/http's request: a client that goes away entirely ends it,
 	// even when the process is silent and no write would fail (dockerd's
 	// notifyClosed).
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stopWatch := watchHangup(conn, cancel)
-	// Before the deferred conn.Close, which would otherwise wait for the
-	// watch to let go of the descriptor.
-	defer stopWatch()
-	attachErr := s.cfg.Containers.Attach(ctx, name, opts)
-	if stdinR != nil {
-		// Unblocks the copy into a stdin the backend no longer reads.
-		stdinR.Close()
-	}
-	if attachErr != nil && ctx.Err() == nil {
-		s.log.Error("attach failed", "container", name, "error", attachErr)
-		fmt.Fprintln(stdout, "Error attaching:", attachErr)
-	}
+	h.ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	h.stopWatch = watchHangup(conn, h.cancel)
+	return h, nil
+}
 
-	// Half-close: the client reads EOF after the last output, and closes.
-	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+// finish ends the stream: the client reads EOF after the last output and
+// closes its side, or is cut off after closeGrace.
+func (h *hijacked) finish() {
+	defer h.cancel()
+	if h.stdin != nil {
+		// Unblocks the copy into a stdin the backend no longer reads.
+		h.stdin.Close()
+	}
+	if cw, ok := h.conn.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 		timer := time.NewTimer(closeGrace)
 		defer timer.Stop()
 		select {
-		case <-clientDone:
+		case <-h.clientDone:
 		case <-timer.C:
 		}
 	}
-	stopWatch()
-	conn.Close()
-	<-clientDone
-	return nil
+	// Before conn.Close, which would otherwise wait for the watch to let go
+	// of the descriptor.
+	h.stopWatch()
+	h.conn.Close()
+	<-h.clientDone
 }
 
 // watchHangup calls onHangup once the peer has closed conn in both

@@ -166,12 +166,10 @@ func (s *server) waitContainer(ctx context.Context, w http.ResponseWriter, r *ht
 		if err := parseForm(r); err != nil {
 			return err
 		}
+		// dockerd 20.10 reads an unknown condition as not-running.
 		switch v := container.WaitCondition(r.Form.Get("condition")); v {
-		case "":
-		case container.WaitConditionNotRunning, container.WaitConditionNextExit, container.WaitConditionRemoved:
+		case container.WaitConditionNextExit, container.WaitConditionRemoved:
 			cond = v
-		default:
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid condition: %q", string(v)))
 		}
 	}
 	ch, err := s.cfg.Containers.Wait(ctx, vars["name"], cond)

@@ -29,6 +29,11 @@ type Config struct {
 	Builder Builder
 	Logger  *slog.Logger
 
+	// Feature backends beyond the core lifecycle.
+	Execs    Execs
+	Archives Archives
+	Admin    ContainerAdmin
+
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
 	// the docker CLI this project targets).
@@ -119,6 +124,19 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodDelete, "/containers/{name}/checkpoints/{checkpoint}", s.deleteCheckpoint)
 	s.handle(http.MethodDelete, "/containers/{name}", s.removeContainer)
 	s.handle(http.MethodPost, "/husk/containers/{name}/fork", s.forkContainer)
+
+	s.handle(http.MethodPost, "/containers/{name}/exec", s.createExec)
+	s.handle(http.MethodPost, "/exec/{name}/start", s.startExec)
+	s.handle(http.MethodPost, "/exec/{name}/resize", s.resizeExec)
+	s.handle(http.MethodGet, "/exec/{name}/json", s.inspectExec)
+	s.handle(http.MethodHead, "/containers/{name}/archive", s.headArchive)
+	s.handle(http.MethodGet, "/containers/{name}/archive", s.getArchive)
+	s.handle(http.MethodPut, "/containers/{name}/archive", s.putArchive)
+	s.handle(http.MethodPost, "/containers/prune", s.pruneContainers)
+	s.handle(http.MethodPost, "/containers/{name}/rename", s.renameContainer)
+	s.handle(http.MethodPost, "/containers/{name}/pause", s.pauseContainer)
+	s.handle(http.MethodPost, "/containers/{name}/unpause", s.unpauseContainer)
+	s.handle(http.MethodGet, "/containers/{name}/top", s.topContainer)
 
 	s.handle(http.MethodGet, "/images/json", s.listImages)
 	s.handle(http.MethodGet, "/images/get", s.saveImages)

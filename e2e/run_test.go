@@ -104,17 +104,3 @@ func TestStdin(t *testing.T) {
 		t.Errorf("echo hello | docker run -i --rm cat = %+v, want stdout \"hello\\n\"", r)
 	}
 }
-
-// TestTTYRefused: husk has no TTY support yet, and says so at create, before
-// any VM boots, rather than failing later in words that blame runc.
-func TestTTYRefused(t *testing.T) {
-	s := requireSuite(t)
-	if s.Kind != "huskd" {
-		t.Skip("dockerd supports -t")
-	}
-	img := pulled(t, testimages.Busybox)
-	want := result{Stderr: "docker: Error response from daemon: husk does not support a TTY (-t) yet\n\nRun 'docker run --help' for more information\n", Code: 125}
-	if r := docker(t, "run", "--rm", "-t", img, "true"); r != want {
-		t.Errorf("run -t = %+v, want %+v", r, want)
-	}
-}

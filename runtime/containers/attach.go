@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 
@@ -129,41 +130,67 @@ func (m *Manager) Attach(ctx context.Context, ref string, opts AttachOptions) er
 	if tty && stderr == nil {
 		stderr = stdout
 	}
+	var in io.Reader
+	if opts.Stdin != nil {
+		in = opts.Stdin
+		// Detach keys apply to terminals only, as in dockerd.
+		if tty {
+			keys, err := ParseDetachKeys(opts.DetachKeys)
+			if err != nil {
+				return err
+			}
+			in = newEscapeProxy(in, keys)
+		}
+	}
 	sub := c.hub.subscribe(stdout, stderr)
 	defer c.hub.unsubscribe(sub)
-	if opts.Stdin != nil {
-		go c.hub.feedStdin(ctx, opts.Stdin, stdinOnce, sub.done)
+	inputEnded := make(chan struct{})
+	if in != nil {
+		go func() {
+			// dockerd closes the process's stdin at the end of the
+			// client's only for a StdinOnce container without a TTY;
+			// otherwise that end (or a detach) ends this attachment.
+			closeStdin := stdinOnce && !tty
+			if c.hub.feedStdin(ctx, in, closeStdin, sub.done) && !closeStdin {
+				close(inputEnded)
+			}
+		}()
 	}
 	select {
 	case <-sub.done:
+		return nil
+	case <-inputEnded:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// feedStdin copies a client's input to the process once it runs.
-func (h *hub) feedStdin(ctx context.Context, in io.Reader, closeAfter bool, done <-chan struct{}) {
+// feedStdin copies a client's input to the process once it runs. It
+// reports whether the input was consumed (its end or a detach): false when
+// the process has no stdin or the attachment ended first.
+func (h *hub) feedStdin(ctx context.Context, in io.Reader, closeAfter bool, done <-chan struct{}) bool {
 	h.mu.Lock()
 	running := h.running
 	h.mu.Unlock()
 	select {
 	case <-running:
 	case <-done:
-		return
+		return false
 	case <-ctx.Done():
-		return
+		return false
 	}
 	h.mu.Lock()
 	stdin := h.stdin
 	h.mu.Unlock()
 	if stdin == nil {
-		return
+		return false
 	}
-	_, _ = io.Copy(stdin, in)
-	if closeAfter {
+	_, err := io.Copy(stdin, in)
+	if closeAfter && !errors.Is(err, errDetached) {
 		_ = stdin.Close()
 	}
+	return true
 }
 
 // Logs returns stored output, then live output when following.

@@ -19,12 +19,19 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 	if err != nil {
 		return container.InspectResponse{}, err
 	}
+	// Before c.mu: an exec start holds its own lock while it takes c.mu.
+	execIDs := m.execs.running(c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rec := c.rec
 	state := rec.State
 	cfg := *rec.Config
 	hc := *rec.HostConfig
+	// The logs are stored in dockerd's json-file format; clients such as
+	// docker-py read the driver from here to decide whether logs exist.
+	if hc.LogConfig.Type == "" {
+		hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{}}
+	}
 	return container.InspectResponse{
 		ID:              rec.ID,
 		Created:         rec.Created.Format(time.RFC3339Nano),
@@ -39,6 +46,8 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 		HostConfig:      &hc,
 		Mounts:          []container.MountPoint{},
 		Config:          &cfg,
+		ExecIDs:         execIDs,
+		RestartCount:    rec.RestartCount,
 		NetworkSettings: c.networkSettings(),
 	}, nil
 }
@@ -110,6 +119,8 @@ func statusText(s container.State, now time.Time) string {
 		return fmt.Sprintf("Exited (%d) %s ago", s.ExitCode, humanDuration(now.Sub(parseTime(s.FinishedAt))))
 	case container.StateCreated:
 		return "Created"
+	case container.StateRestarting:
+		return fmt.Sprintf("Restarting (%d) %s ago", s.ExitCode, humanDuration(now.Sub(parseTime(s.FinishedAt))))
 	case container.StatePaused:
 		return "Up " + humanDuration(now.Sub(parseTime(s.StartedAt))) + " (Paused)"
 	}

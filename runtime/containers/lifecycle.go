@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/husk-vm/husk/runtime/logs"
+	husknet "github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -44,6 +45,12 @@ type ctr struct {
 	run     *run // non-nil from start until the VM is gone
 	waiters []waiter
 	removed bool
+	// busy is set while a VM of a stopped container does maintenance
+	// (docker cp); a start or removal meanwhile is refused.
+	busy bool
+	// maint serialises maintenance VMs.
+	maint   sync.Mutex
+	restart restartState
 }
 
 // run is one boot of a container's VM.
@@ -70,6 +77,16 @@ func (m *Manager) Start(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
+	if c.run == nil {
+		// An API start is a fresh start: the policy's count and a manual
+		// stop are forgotten, and a scheduled restart is taken over.
+		c.cancelRestart()
+		c.restart = restartState{}
+		c.rec.ManuallyStopped = false
+		c.rec.RestartCount = 0
+	}
+	c.mu.Unlock()
 	err = c.start(ctx, ref)
 	if err != nil && !errdefs.IsNotModified(err) && !errdefs.IsConflict(err) && c.autoRemove() {
 		// As dockerd: a --rm container whose start failed is removed, and
@@ -93,6 +110,9 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	defer c.mu.Unlock()
 	if c.removed {
 		return errdefs.ErrNotFound.WithMessage("No such container: " + ref)
+	}
+	if c.busy {
+		return errBusy(c.rec.ID)
 	}
 	if c.run != nil {
 		if c.rec.State.Running {
@@ -123,29 +143,71 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 // boot starts the VM, waits for the agent, prepares the root and starts the
 // main process. On error nothing is left running. Callers hold c.mu.
 func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
-	m := c.m
-	layers, err := m.images.Layers(ctx, c.rec.ImageID)
-	if err != nil {
-		return nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
-	}
-	base, err := m.disks.EnsureBase(ctx, c.rec.ImageID, layers)
-	if err != nil {
-		return nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
-	}
-	vmDir := filepath.Join(c.dir, "vm")
-	if err := os.MkdirAll(vmDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create vm dir: %w", err)
-	}
-	c.rec.VMDir = vmDir
-	att, err := c.attachNetwork(ctx)
+	machine, client, err := c.bootVM(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
+			discardVM(machine, client)
 			c.detachNetwork(context.WithoutCancel(ctx))
 		}
 	}()
+	cfg := c.rec.Config
+	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
+		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
+		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
+		ConsoleSize: consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
+	})
+	if err != nil {
+		return nil, err
+	}
+	r := &run{machine: machine, client: client, proc: proc, exited: make(chan struct{})}
+	if cfg.OpenStdin {
+		if r.stdin, err = proc.Stdin(ctx); err != nil {
+			return nil, fmt.Errorf("open stdin: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// discardVM takes down a VM whose main process never started.
+func discardVM(machine vmm.Machine, client *host.Client) {
+	_ = client.Close()
+	killVM(machine)
+}
+
+// bootVM starts the container's VM, waits for the agent and prepares the
+// root. With withNetwork it attaches the container's networks (the caller
+// detaches them); a VM booted only to reach the container's files has no
+// network, and so binds none of its published ports. On error nothing is
+// left running or attached. Callers hold c.mu.
+func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *host.Client, err error) {
+	m := c.m
+	layers, err := m.images.Layers(ctx, c.rec.ImageID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
+	}
+	base, err := m.disks.EnsureBase(ctx, c.rec.ImageID, layers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
+	}
+	vmDir := filepath.Join(c.dir, "vm")
+	if err := os.MkdirAll(vmDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("create vm dir: %w", err)
+	}
+	c.rec.VMDir = vmDir
+	var att *husknet.Attachment
+	if withNetwork {
+		if att, err = c.attachNetwork(ctx); err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			if err != nil {
+				c.detachNetwork(context.WithoutCancel(ctx))
+			}
+		}()
+	}
 	var nets []vmm.Net
 	setup := proto.SetupSpec{
 		Hostname: c.rec.Config.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
@@ -166,7 +228,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 		nets: nets,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -174,24 +236,10 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 			killVM(machine)
 		}
 	}()
-	cfg := c.rec.Config
 	if err := client.Setup(ctx, setup); err != nil {
-		return nil, fmt.Errorf("set up guest root: %w", err)
+		return nil, nil, fmt.Errorf("set up guest root: %w", err)
 	}
-	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
-		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
-		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
-	})
-	if err != nil {
-		return nil, err
-	}
-	r := &run{machine: machine, client: client, proc: proc, exited: make(chan struct{})}
-	if cfg.OpenStdin {
-		if r.stdin, err = proc.Stdin(ctx); err != nil {
-			return nil, fmt.Errorf("open stdin: %w", err)
-		}
-	}
-	return r, nil
+	return machine, client, nil
 }
 
 // connectAgent dials the agent until it answers: the guest is booting. One
@@ -282,6 +330,9 @@ func (c *ctr) monitor(r *run) {
 	c.notifyExit(code, errMsg)
 	close(r.exited)
 	autoRemove := c.rec.HostConfig.AutoRemove
+	if c.wantsRestart(code) {
+		c.scheduleRestart(parseTime(c.rec.State.FinishedAt).Sub(parseTime(c.rec.State.StartedAt)))
+	}
 	c.mu.Unlock()
 	c.m.log.Info("container exited", "id", c.rec.ID[:12], "code", code)
 
@@ -384,7 +435,18 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) er
 	if err != nil {
 		return err
 	}
+	if err := c.resumeForSignal(ctx); err != nil {
+		return err
+	}
 	c.mu.Lock()
+	if !m.isShuttingDown() {
+		c.rec.ManuallyStopped = true
+	}
+	c.restart.stopped = true
+	if c.cancelRestart() {
+		c.mu.Unlock()
+		return nil
+	}
 	r := c.run
 	running := c.rec.State.Running
 	stopSignal := c.rec.Config.StopSignal
@@ -462,9 +524,15 @@ func (m *Manager) Kill(ctx context.Context, ref, signal string) error {
 	if err != nil {
 		return err
 	}
+	if err := c.resumeForSignal(ctx); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	r := c.run
 	running := c.rec.State.Running
+	if running && !m.isShuttingDown() {
+		c.rec.ManuallyStopped = true
+	}
 	c.mu.Unlock()
 	if r == nil || !running {
 		// The API layer prefixes "Cannot kill container: <ref>: ".
@@ -535,12 +603,21 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 		c.mu.Unlock()
 		return nil
 	}
+	if c.busy {
+		c.mu.Unlock()
+		return errBusy(c.rec.ID)
+	}
+	c.restart.stopped = true
+	c.cancelRestart()
 	if r != nil && !opts.Force {
 		c.mu.Unlock()
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("You cannot remove a running container %s. Stop the container before attempting removal or force remove", c.rec.ID))
 	}
 	c.mu.Unlock()
 	if r != nil {
+		if err := c.resumeForSignal(ctx); err != nil {
+			return err
+		}
 		if err := c.kill(ctx, r, syscall.SIGKILL, true); err != nil {
 			return err
 		}
@@ -563,6 +640,7 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 	if err := os.RemoveAll(c.dir); err != nil {
 		m.log.Warn("remove container dir", "dir", c.dir, "err", err)
 	}
+	m.execs.dropContainer(c)
 	m.mu.Lock()
 	delete(m.byID, c.rec.ID)
 	if m.byName[c.rec.Name] == c {
@@ -602,6 +680,7 @@ func (m *Manager) Restore(ctx context.Context) {
 		}
 		c.mu.Unlock()
 	}
+	m.restartOnBoot()
 }
 
 // reattach is Restore for one container. Callers hold c.mu.
@@ -614,10 +693,17 @@ func (c *ctr) reattach(ctx context.Context) error {
 		return fmt.Errorf("reattach VMM: %w", err)
 	}
 	// A daemon killed mid-checkpoint left its VM paused (the driver also
-	// cancels a snapshot still under way). husk has no user-visible pause,
-	// so a running container's VM is always resumed.
+	// cancels a snapshot still under way), and a paused guest cannot
+	// answer: resume it to reattach, and pause it again if the user had.
 	if err := machine.Resume(ctx); err != nil {
-		c.m.log.Warn("resume reattached VM", "id", c.rec.ID[:12], "err", err)
+		return fmt.Errorf("resume VM to reattach: %w", err)
+	}
+	if c.rec.State.Paused {
+		defer func() {
+			if err := machine.Pause(ctx); err != nil {
+				c.m.log.Error("pause reattached VM again", "id", c.rec.ID[:12], "err", err)
+			}
+		}()
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -644,6 +730,7 @@ func (c *ctr) reattach(ctx context.Context) error {
 // without live-restore.
 func (m *Manager) Shutdown(ctx context.Context) {
 	m.mu.Lock()
+	m.shuttingDown = true
 	var running []*ctr
 	for _, c := range m.byID {
 		if c != nil {

@@ -89,7 +89,11 @@ type Manager struct {
 	byID   map[string]*ctr
 	byName map[string]*ctr // name without the leading "/"
 
-	boot bootDigests // of the guest kernel and initramfs, for checkpoints
+	boot  bootDigests // of the guest kernel and initramfs, for checkpoints
+	execs execStore
+	// shuttingDown: the daemon is stopping containers, which must not
+	// restart by policy. Guarded by mu.
+	shuttingDown bool
 }
 
 // Record is a container as persisted.
@@ -109,6 +113,11 @@ type Record struct {
 	// Networks are the networks the container joins, by name, with the
 	// endpoint settings it was created or connected with.
 	Networks map[string]*network.EndpointSettings `json:",omitempty"`
+	// RestartCount counts restarts by policy since the last API start.
+	RestartCount int
+	// ManuallyStopped: stopped or killed through the API since its last
+	// start (an unless-stopped container then stays down).
+	ManuallyStopped bool
 }
 
 const recordFile = "config.json"
@@ -227,10 +236,6 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	}
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
-	}
-	if req.Config.Tty {
-		// The agent has no PTY support yet; refusing here costs no VM boot.
-		return resp, errdefs.ErrInvalidArgument.WithMessage("husk does not support a TTY (-t) yet")
 	}
 	name := strings.TrimPrefix(req.Name, "/")
 	nets, err := m.configureNetwork(hc, req.Networking)

@@ -311,6 +311,8 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return s.respond(proto.Response{})
 	case proto.OpApplyLayer, proto.OpCutLayer:
 		return a.layerOp(ctx, s, req)
+	case proto.OpArchiveStat, proto.OpArchiveGet, proto.OpArchivePut:
+		return a.archive(s, req)
 	}
 
 	p := a.lookup(req.ID)
@@ -340,7 +342,7 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		}
 		return nil
 	case proto.OpStdin:
-		if p.stdin == nil {
+		if p.stdinFile() == nil {
 			return &agentError{proto.KindInvalid, fmt.Sprintf("process %s has no stdin", p.id)}
 		}
 		if err := s.respond(proto.Response{Pid: p.pid}); err != nil {
@@ -354,7 +356,19 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		}
 		return s.respond(proto.Response{Pid: p.pid})
 	case proto.OpResize:
-		return &agentError{proto.KindInvalid, "tty is not supported yet"}
+		if req.Resize == nil {
+			return &agentError{proto.KindInvalid, "resize: missing size"}
+		}
+		if err := p.resize(*req.Resize); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{Pid: p.pid})
+	case proto.OpTop:
+		procs, err := a.top(p)
+		if err != nil {
+			return err
+		}
+		return s.respond(proto.Response{Pid: p.pid, Processes: procs})
 	case proto.OpForget:
 		if err := a.forget(p); err != nil {
 			return err
@@ -388,10 +402,10 @@ func (a *Agent) forget(p *process) error {
 		return &agentError{proto.KindInvalid, fmt.Sprintf("process %s is still running", p.id)}
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.procs[p.id] == p {
 		delete(a.procs, p.id)
 	}
+	a.mu.Unlock()
 	p.release()
 	return nil
 }

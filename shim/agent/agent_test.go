@@ -49,7 +49,7 @@ func makeRoot(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(root, "bin/busybox"), bb, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, applet := range []string{"sh", "echo", "cat", "id", "sleep", "pwd", "hostname", "ls", "seq", "env", "tr", "grep"} {
+	for _, applet := range []string{"sh", "echo", "cat", "id", "sleep", "pwd", "hostname", "ls", "seq", "env", "tr", "grep", "tty", "stty"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +265,7 @@ func TestStartErrors(t *testing.T) {
 		{"command not in PATH", proto.ProcessSpec{Args: []string{"nope"}}, proto.KindNotFound, `exec: "nope": executable file not found in $PATH`},
 		{"absolute path missing", proto.ProcessSpec{Args: []string{"/nope"}}, proto.KindNotFound, `exec: "/nope": stat /nope: no such file or directory`},
 		{"not executable", proto.ProcessSpec{Args: []string{"/etc/notexec"}}, proto.KindPermission, `exec: "/etc/notexec": permission denied`},
-		{"terminal", proto.ProcessSpec{Args: []string{"sh"}, Terminal: true}, proto.KindInvalid, "tty is not supported yet"},
+		{"command not in PATH, with a terminal", proto.ProcessSpec{Args: []string{"nope"}, Terminal: true}, proto.KindNotFound, `exec: "nope": executable file not found in $PATH`},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

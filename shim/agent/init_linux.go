@@ -39,6 +39,9 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // /proc, root, user and working directory, so a small init (this binary)
 // does that work and then replaces itself with the program.
 func Reexec() {
+	if len(os.Args) > 0 && os.Args[0] == archiveArg0 {
+		runArchiveHelper()
+	}
 	if len(os.Args) == 0 || os.Args[0] != initArg0 {
 		return
 	}
@@ -107,9 +110,18 @@ func containerInit() error {
 	if cwd == "" {
 		cwd = "/"
 	}
-	// Docker creates a missing working directory, owned by root.
-	if err := os.MkdirAll(cwd, 0o755); err != nil {
-		return fmt.Errorf("create working directory %s: %w", cwd, err)
+	// Docker creates a missing working directory, owned by root, for a
+	// container's main process; an exec into a missing one fails (runc).
+	if cfg.Mounts {
+		if err := os.MkdirAll(cwd, 0o755); err != nil {
+			return fmt.Errorf("create working directory %s: %w", cwd, err)
+		}
+	}
+
+	if spec.Terminal {
+		if err := setupTerminal(spec.ConsoleSize, u.UID); err != nil {
+			return err
+		}
 	}
 
 	groups := u.Groups

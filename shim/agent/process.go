@@ -27,9 +27,15 @@ type process struct {
 	pid int
 
 	stdinMu sync.Mutex // one stdin attachment at a time
-	stdin   *os.File   // nil when the process has no stdin stream
+	// stdin is nil when the process has no stdin stream (any more).
+	// Guarded by mu, not stdinMu: release must not wait for an attachment
+	// blocked reading from the host.
+	stdin *os.File
 
 	stdout, stderr *output
+	// tty is the master side of the process's terminal; nil without one.
+	// Guarded by mu.
+	tty *os.File
 
 	mu      sync.Mutex
 	exited  chan struct{} // closed once status is set
@@ -80,17 +86,28 @@ func (p *process) setExit(ws unix.WaitStatus) {
 func (p *process) copyStdin(src io.Reader, sess *yamux.Session) {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
-	if p.stdin == nil {
+	f := p.stdinFile()
+	if f == nil {
 		return
 	}
-	_, err := io.Copy(p.stdin, src)
+	_, err := io.Copy(f, src)
 	if sess.IsClosed() {
 		return
 	}
 	if err == nil || errors.Is(err, syscall.EPIPE) {
-		p.stdin.Close()
-		p.stdin = nil
+		p.mu.Lock()
+		if p.stdin == f {
+			f.Close()
+			p.stdin = nil
+		}
+		p.mu.Unlock()
 	}
+}
+
+func (p *process) stdinFile() *os.File {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdin
 }
 
 // startReaper collects exit statuses on SIGCHLD. Only the reaper waits for
@@ -171,9 +188,6 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	if len(spec.Args) == 0 {
 		return nil, &agentError{proto.KindInvalid, "start: no command specified"}
 	}
-	if spec.Terminal {
-		return nil, &agentError{proto.KindInvalid, "tty is not supported yet"}
-	}
 	a.mu.Lock()
 	root, hostname, etcDir := a.root, a.hostname, a.etcDir
 	_, dup := a.procs[id]
@@ -251,24 +265,40 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 		return &agentError{proto.KindInternal, fmt.Sprintf("start %s: %s: %v", id, what, err)}
 	}
 
-	var stdinR, stdinW *os.File
+	terminal := cfg.Process.Terminal
+	var stdinR, stdinW, outR, outW, errR, errW *os.File
+	var consoleParent, consoleChild *os.File
 	var err error
-	if cfg.Process.Stdin {
-		if stdinR, stdinW, err = files.pipe(); err != nil {
-			return nil, internal("stdin pipe", err)
+	if terminal {
+		// The child replaces its stdio with the terminal it opens.
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, internal("open /dev/null", err)
 		}
-	} else if stdinR, err = os.Open(os.DevNull); err != nil {
-		return nil, internal("open /dev/null", err)
+		files.parent = append(files.parent, null)
+		stdinR, outW, errW = null, null, null
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, internal("console socket", err)
+		}
+		consoleParent, consoleChild = os.NewFile(uintptr(fds[0]), "console"), os.NewFile(uintptr(fds[1]), "console")
+		files.parent = append(files.parent, consoleParent, consoleChild)
 	} else {
-		files.parent = append(files.parent, stdinR)
-	}
-	outR, outW, err := files.pipe()
-	if err != nil {
-		return nil, internal("stdout pipe", err)
-	}
-	errR, errW, err := files.pipe()
-	if err != nil {
-		return nil, internal("stderr pipe", err)
+		if cfg.Process.Stdin {
+			if stdinR, stdinW, err = files.pipe(); err != nil {
+				return nil, internal("stdin pipe", err)
+			}
+		} else if stdinR, err = os.Open(os.DevNull); err != nil {
+			return nil, internal("open /dev/null", err)
+		} else {
+			files.parent = append(files.parent, stdinR)
+		}
+		if outR, outW, err = files.pipe(); err != nil {
+			return nil, internal("stdout pipe", err)
+		}
+		if errR, errW, err = files.pipe(); err != nil {
+			return nil, internal("stderr pipe", err)
+		}
 	}
 	cfgR, cfgW, err := files.pipe()
 	if err != nil {
@@ -278,7 +308,11 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 	if err != nil {
 		return nil, internal("status pipe", err)
 	}
-	files.child = []*os.File{stdinR, outW, errW, cfgR, failW}
+	childFds := []*os.File{stdinR, outW, errW, cfgR, failW}
+	if terminal {
+		childFds = append(childFds, consoleChild)
+	}
+	files.child = childFds
 
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -293,7 +327,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 
 	attr := &os.ProcAttr{
 		Env:   []string{},
-		Files: []*os.File{stdinR, outW, errW, cfgR, failW},
+		Files: childFds,
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
 	if targetPid == 0 {
@@ -337,10 +371,10 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 	if err != nil || len(msg) > 0 {
 		// The child exits right after reporting; wait so the pid is reaped.
 		<-p.exited
-		outR.Close()
-		errR.Close()
-		if stdinW != nil {
-			stdinW.Close()
+		for _, f := range []*os.File{outR, errR, stdinW, consoleParent} {
+			if f != nil {
+				f.Close()
+			}
 		}
 		var f initFailure
 		if err != nil {
@@ -351,14 +385,38 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 		}
 		return nil, &agentError{f.Kind, f.Message}
 	}
-	go p.stdout.pump(outR)
-	go p.stderr.pump(errR)
+	if terminal {
+		master, err := receiveTerminal(consoleParent)
+		consoleParent.Close()
+		if err != nil {
+			_ = p.signal(syscall.SIGKILL)
+			return nil, internal("terminal", err)
+		}
+		if cfg.Process.Stdin {
+			if stdinW, err = dupFile(master); err != nil {
+				master.Close()
+				_ = p.signal(syscall.SIGKILL)
+				return nil, internal("terminal input", err)
+			}
+			p.stdin = stdinW
+		}
+		p.tty = master
+		go p.stdout.pump(keepOpen{master})
+		go p.stderr.pump(noOutput{})
+	} else {
+		go p.stdout.pump(outR)
+		go p.stderr.pump(errR)
+	}
 	p.release = func() {
-		p.stdinMu.Lock()
-		defer p.stdinMu.Unlock()
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		if p.stdin != nil {
 			p.stdin.Close()
 			p.stdin = nil
+		}
+		if p.tty != nil {
+			p.tty.Close()
+			p.tty = nil
 		}
 	}
 	return p, nil

@@ -69,6 +69,7 @@ type Request struct {
 	Signal  int          `json:"signal,omitempty"`
 	Resize  *WindowSize  `json:"resize,omitempty"`
 	Refresh *RefreshSpec `json:"refresh,omitempty"`
+	Archive *ArchiveSpec `json:"archive,omitempty"`
 }
 
 // Response is the agent's answer line.
@@ -81,6 +82,9 @@ type Response struct {
 	Pid     int         `json:"pid,omitempty"`
 	Exit    *ExitStatus `json:"exit,omitempty"`
 	Info    *AgentInfo  `json:"info,omitempty"`
+	Stat    *PathStat   `json:"stat,omitempty"`
+	// Processes answers OpTop.
+	Processes []ProcessInfo `json:"processes,omitempty"`
 }
 
 // ErrorKind lets the host map guest failures to the error Docker users see.
@@ -132,6 +136,8 @@ type ProcessSpec struct {
 	// /etc/group, and adds the user's supplementary groups.
 	User     string `json:"user,omitempty"`
 	Terminal bool   `json:"terminal,omitempty"`
+	// ConsoleSize is the terminal's initial size when Terminal is set.
+	ConsoleSize *WindowSize `json:"consoleSize,omitempty"`
 	// Stdin: the host will attach an OpStdin stream; otherwise stdin is
 	// /dev/null.
 	Stdin bool `json:"stdin,omitempty"`

@@ -1,0 +1,287 @@
+package containers
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+)
+
+// validName is dockerd's container name rule.
+var validName = regexp.MustCompile(`^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+
+// Rename gives a container a new name, in dockerd's words when it cannot.
+func (m *Manager) Rename(ctx context.Context, ref, newName string) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	newName = strings.TrimPrefix(newName, "/")
+	if newName == "" {
+		return errdefs.ErrInvalidArgument.WithMessage("Neither old nor new names may be empty")
+	}
+	if !validName.MatchString("/" + newName) {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Error when allocating new name: Invalid container name (/%s), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed", newName))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.rec.Name
+	if old == newName {
+		return errdefs.ErrInvalidArgument.WithMessage("Renaming a container with the same name as its current name")
+	}
+	m.mu.Lock()
+	if other, taken := m.byName[newName]; taken {
+		m.mu.Unlock()
+		otherID := ""
+		if other != nil {
+			otherID = other.rec.ID
+		}
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Error when allocating new name: Conflict. The container name \"/%s\" is already in use by container \"%s\". You have to remove (or rename) that container to be able to reuse that name.", newName, otherID))
+	}
+	m.byName[newName] = c
+	delete(m.byName, old)
+	m.mu.Unlock()
+	c.rec.Name = newName
+	if err := c.save(); err != nil {
+		c.rec.Name = old
+		m.mu.Lock()
+		delete(m.byName, newName)
+		m.byName[old] = c
+		m.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Pause stops the container's VM's vCPUs.
+func (m *Manager) Pause(ctx context.Context, ref string) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.run == nil || !c.rec.State.Running:
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not running", c.rec.ID))
+	case c.rec.State.Paused:
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is already paused", c.rec.ID))
+	}
+	if err := c.run.machine.Pause(ctx); err != nil {
+		return fmt.Errorf("pause %s: %w", c.rec.ID[:12], err)
+	}
+	c.rec.State.Paused = true
+	c.rec.State.Status = container.StatePaused
+	if err := c.save(); err != nil {
+		c.m.log.Error("persist pause", "id", c.rec.ID[:12], "err", err)
+	}
+	return nil
+}
+
+// Unpause resumes a paused container's VM.
+func (m *Manager) Unpause(ctx context.Context, ref string) error {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run == nil || !c.rec.State.Paused {
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not paused", c.rec.ID))
+	}
+	return c.resumeLocked(ctx)
+}
+
+// resumeLocked resumes a paused VM. Callers hold c.mu.
+func (c *ctr) resumeLocked(ctx context.Context) error {
+	if err := c.run.machine.Resume(ctx); err != nil {
+		return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
+	}
+	c.rec.State.Paused = false
+	c.rec.State.Status = container.StateRunning
+	if err := c.save(); err != nil {
+		c.m.log.Error("persist unpause", "id", c.rec.ID[:12], "err", err)
+	}
+	return nil
+}
+
+// resumeForSignal resumes a paused container before it is signalled: a
+// paused guest cannot deliver a signal, and dockerd stops and kills paused
+// containers.
+func (c *ctr) resumeForSignal(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run == nil || !c.rec.State.Paused {
+		return nil
+	}
+	return c.resumeLocked(ctx)
+}
+
+// topTitles are the columns of `ps -ef`, which dockerd runs by default.
+func topTitles() []string { return []string{"UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"} }
+
+// Top lists the container's processes as `ps -ef` would. The guest has no
+// host ps to hand arguments to, so ps_args are refused.
+func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopResponse, error) {
+	c, err := m.lookup(ref)
+	if err != nil {
+		return container.TopResponse{}, err
+	}
+	if psArgs != "" && psArgs != "-ef" {
+		return container.TopResponse{}, errdefs.ErrInvalidArgument.WithMessage("husk: ps options other than -ef are not supported: the processes live in the guest, not on the host")
+	}
+	c.mu.Lock()
+	r := c.run
+	running, paused := c.rec.State.Running, c.rec.State.Paused
+	c.mu.Unlock()
+	switch {
+	case r == nil || !running:
+		return container.TopResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not running", c.rec.ID))
+	case paused:
+		return container.TopResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container first", c.rec.ID))
+	}
+	procs, err := r.proc.Top(ctx)
+	if err != nil {
+		return container.TopResponse{}, fmt.Errorf("list processes of %s: %w", c.rec.ID[:12], err)
+	}
+	now := time.Now()
+	resp := container.TopResponse{Titles: topTitles(), Processes: [][]string{}}
+	for _, p := range procs {
+		user := p.User
+		if user == "" {
+			user = fmt.Sprint(p.UID)
+		}
+		tty := p.TTY
+		if tty == "" {
+			tty = "?"
+		}
+		resp.Processes = append(resp.Processes, []string{
+			user, fmt.Sprint(p.PID), fmt.Sprint(p.PPID), cpuPercent(p.CPUTime, now.Sub(p.StartTime)),
+			startTime(p.StartTime, now), tty, cpuTime(p.CPUTime), p.Cmd,
+		})
+	}
+	return resp, nil
+}
+
+// cpuPercent is ps's C column: CPU time over lifetime, in whole percent.
+func cpuPercent(cpu, life time.Duration) string {
+	if life <= 0 {
+		return "0"
+	}
+	return fmt.Sprint(int64(cpu * 100 / life))
+}
+
+// startTime is ps's STIME: the time of day today, else the date.
+func startTime(t, now time.Time) string {
+	if y1, m1, d1 := t.Date(); func() bool { y2, m2, d2 := now.Date(); return y1 == y2 && m1 == m2 && d1 == d2 }() {
+		return t.Format("15:04")
+	}
+	return t.Format("Jan02")
+}
+
+// cpuTime is ps's TIME: [DD-]HH:MM:SS.
+func cpuTime(d time.Duration) string {
+	s := int64(d / time.Second)
+	if days := s / 86400; days > 0 {
+		return fmt.Sprintf("%d-%02d:%02d:%02d", days, s/3600%24, s/60%60, s%60)
+	}
+	return fmt.Sprintf("%02d:%02d:%02d", s/3600, s/60%60, s%60)
+}
+
+// PruneOptions is POST /containers/prune's filters.
+type PruneOptions struct {
+	Filters map[string][]string
+}
+
+// Prune removes every container that is not running and matches the
+// filters ("until", "label", "label!").
+func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (container.PruneReport, error) {
+	var until time.Time
+	for k, vs := range opts.Filters {
+		switch k {
+		case "label", "label!":
+		case "until":
+			if len(vs) > 1 {
+				return container.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage("more than one until filter specified")
+			}
+			t, err := parseUntil(vs[0])
+			if err != nil {
+				return container.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(err.Error())
+			}
+			until = t
+		default:
+			return container.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage("Invalid filter '" + k + "'")
+		}
+	}
+	m.mu.Lock()
+	var all []*ctr
+	for _, c := range m.byID {
+		if c != nil {
+			all = append(all, c)
+		}
+	}
+	m.mu.Unlock()
+	var report container.PruneReport
+	for _, c := range all {
+		c.mu.Lock()
+		rec := c.rec
+		active := c.run != nil || c.busy
+		c.mu.Unlock()
+		if active || (!until.IsZero() && !rec.Created.Before(until)) ||
+			!allLabels(opts.Filters["label"], labelsOf(rec.Config)) || anyLabel(opts.Filters["label!"], labelsOf(rec.Config)) {
+			continue
+		}
+		if err := m.remove(ctx, c, RemoveOptions{}); err != nil {
+			if errdefs.IsConflict(err) {
+				continue // started meanwhile
+			}
+			return report, err
+		}
+		report.ContainersDeleted = append(report.ContainersDeleted, rec.ID)
+	}
+	return report, nil
+}
+
+// anyLabel: whether any of the "k" or "k=v" filters matches.
+func anyLabel(filters []string, have map[string]string) bool {
+	for _, f := range filters {
+		if allLabels([]string{f}, have) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseUntil reads the until filter: a Unix timestamp, an RFC 3339 time or
+// a duration before now, as the CLI may send any of them.
+func parseUntil(v string) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if t, err := parseUnix(v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("failed to parse value %q as a timestamp", v)
+}
+
+func parseUnix(v string) (time.Time, error) {
+	secs, frac, _ := strings.Cut(v, ".")
+	var s, ns int64
+	if _, err := fmt.Sscanf(secs, "%d", &s); err != nil {
+		return time.Time{}, err
+	}
+	if frac != "" {
+		frac = (frac + "000000000")[:9]
+		if _, err := fmt.Sscanf(frac, "%d", &ns); err != nil {
+			return time.Time{}, err
+		}
+	}
+	return time.Unix(s, ns), nil
+}

@@ -1,0 +1,121 @@
+//go:build linux
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// consoleFd is the descriptor over which a child started with a terminal
+// hands the terminal's master side back to the agent.
+const consoleFd = 5
+
+// setupTerminal runs in the child after the chroot and before it drops
+// privileges. It opens a pseudo-terminal in the container's own devpts
+// instance (so `tty` and ttyname inside the container name a device that
+// exists there, as under runc), makes its slave side the process's stdio and
+// controlling terminal, and sends the master side to the agent.
+func setupTerminal(size *proto.WindowSize, uid int) error {
+	sock := os.NewFile(consoleFd, "console-socket")
+	defer sock.Close()
+	master, slave, err := pty.Open()
+	if err != nil {
+		return fmt.Errorf("open a terminal in the container's /dev/pts: %w", err)
+	}
+	defer master.Close()
+	defer slave.Close()
+	if size != nil && size.Rows > 0 && size.Cols > 0 {
+		if err := pty.Setsize(master, &pty.Winsize{Rows: size.Rows, Cols: size.Cols}); err != nil {
+			return fmt.Errorf("set terminal size: %w", err)
+		}
+	}
+	// The user owns their terminal, as runc arranges; the group stays tty.
+	if err := slave.Chown(uid, -1); err != nil {
+		return fmt.Errorf("chown terminal: %w", err)
+	}
+	rights := unix.UnixRights(int(master.Fd()))
+	if err := unix.Sendmsg(int(sock.Fd()), []byte{0}, rights, nil, 0); err != nil {
+		return fmt.Errorf("send terminal to the agent: %w", err)
+	}
+	for fd := 0; fd <= 2; fd++ {
+		if err := unix.Dup3(int(slave.Fd()), fd, 0); err != nil {
+			return fmt.Errorf("make the terminal fd %d: %w", fd, err)
+		}
+	}
+	// setsid at fork left the child without a controlling terminal.
+	if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 0); err != nil {
+		return fmt.Errorf("make the terminal controlling: %w", err)
+	}
+	return nil
+}
+
+// receiveTerminal reads the master side a child sent with setupTerminal.
+func receiveTerminal(sock *os.File) (*os.File, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("receive terminal: %w", err)
+	}
+	if n == 0 && oobn == 0 {
+		return nil, errors.New("receive terminal: the child sent none")
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("receive terminal: bad control message: %v", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("receive terminal: bad rights: %v", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "pty-master"), nil
+}
+
+// dupFile returns a second descriptor for f, so that closing one (the end
+// of a stdin attachment) leaves the other (the output pump) open.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// resize sets the size of p's terminal.
+func (p *process) resize(size proto.WindowSize) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty == nil {
+		return &agentError{proto.KindInvalid, fmt.Sprintf("process %s has no terminal", p.id)}
+	}
+	if err := pty.Setsize(p.tty, &pty.Winsize{Rows: size.Rows, Cols: size.Cols}); err != nil {
+		return fmt.Errorf("resize terminal of %s: %w", p.id, err)
+	}
+	return nil
+}
+
+// noOutput is the stderr of a process with a terminal: everything goes to
+// the terminal, so the stream ends at once.
+type noOutput struct{}
+
+func (noOutput) Read([]byte) (int, error) { return 0, io.EOF }
+func (noOutput) Close() error             { return nil }
+
+// keepOpen lets the output pump read the terminal without closing it at the
+// end: the master side stays usable for resizes until the process is
+// forgotten.
+type keepOpen struct{ f *os.File }
+
+func (k keepOpen) Read(b []byte) (int, error) { return k.f.Read(b) }
+func (keepOpen) Close() error                 { return nil }
