@@ -87,6 +87,13 @@ func TestCheckpointForkIdentity(t *testing.T) {
 			}
 			seen[what+v] = f
 		}
+		// exec works in a restored copy, and sees the copy's identity.
+		if out := mustDocker(t, "exec", f, "hostname"); strings.TrimSpace(out) != hostname {
+			t.Errorf("docker exec %s hostname = %q, want %q", f, out, hostname)
+		}
+		if out := mustDocker(t, "exec", f, "cat", "/etc/hostname"); strings.TrimSpace(out) != hostname {
+			t.Errorf("fork %s: /etc/hostname = %q, want %q", f, out, hostname)
+		}
 		gotHost, gotAddr := whoAmI(t, f)
 		if gotHost != hostname {
 			t.Errorf("fork %s: the guest says its hostname is %q, want %q", f, gotHost, hostname)
