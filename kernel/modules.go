@@ -27,7 +27,9 @@ type wantedModule struct {
 // QEMU's pc machine and cloud-hypervisor, virtio-mmio for QEMU's microvm
 // machine, the block disks, the virtio-serial agent port, the
 // network, overlayfs for base+upper, vsock for cloud-hypervisor's agent
-// channel, and virtio-rng so early getrandom() does not block.
+// channel, virtio-rng so early getrandom() does not block, and virtiofs
+// for volumes (optional: a kernel without it boots, but cannot mount
+// volumes).
 func guestModules() []wantedModule {
 	return []wantedModule{
 		{name: "virtio_pci"},
@@ -38,6 +40,7 @@ func guestModules() []wantedModule {
 		{name: "overlay"},
 		{name: "vmw_vsock_virtio_transport"},
 		{name: "virtio_rng", optional: true},
+		{name: "virtiofs", optional: true},
 	}
 }
 
