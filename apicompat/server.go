@@ -22,7 +22,9 @@ type Config struct {
 	System     System
 	// Networks may be nil: /networks then answers 501.
 	Networks Networks
-	Logger   *slog.Logger
+	// Volumes may be nil: /volumes then answers 501.
+	Volumes Volumes
+	Logger  *slog.Logger
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -121,6 +123,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodDelete, "/images/{name}", s.removeImage)
 
 	s.initNetworkRoutes()
+	s.initVolumeRoutes()
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

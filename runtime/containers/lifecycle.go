@@ -51,6 +51,8 @@ type run struct {
 	client  *host.Client
 	proc    *host.Process
 	stdin   io.WriteCloser
+	// shares are the virtiofsd processes serving the VM's mounts.
+	shares *shares
 	// exited is closed once the exit is recorded and the VM is gone.
 	exited chan struct{}
 }
@@ -142,8 +144,17 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 			c.detachNetwork(context.WithoutCancel(ctx))
 		}
 	}()
+	sh, shareDevs, mountSpecs, err := c.startShares(ctx, vmDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			sh.kill(m.log)
+		}
+	}()
 	var nets []vmm.Net
-	setup := proto.SetupSpec{
+	setup := proto.SetupSpec{Mounts: mountSpecs,
 		Hostname: c.rec.Config.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
 		Hosts: hostsFile(c.rec.Config.Hostname),
 	}
@@ -159,7 +170,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 			{Path: base, ReadOnly: true, Serial: baseSerial},
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
 		},
-		Nets: nets,
+		Nets: nets, Shares: shareDevs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boot %s: %w", c.rec.ID[:12], err)
@@ -188,6 +199,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	if err := client.Setup(ctx, setup); err != nil {
 		return nil, fmt.Errorf("set up guest root: %w", err)
 	}
+	c.copiedUp()
 	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
 		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
 		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
@@ -195,7 +207,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{machine: machine, client: client, proc: proc, exited: make(chan struct{})}
+	r := &run{machine: machine, client: client, proc: proc, shares: sh, exited: make(chan struct{})}
 	if cfg.OpenStdin {
 		if r.stdin, err = proc.Stdin(ctx); err != nil {
 			return nil, fmt.Errorf("open stdin: %w", err)
@@ -352,6 +364,7 @@ func (c *ctr) teardown(r *run) {
 	if err := r.machine.Cleanup(); err != nil {
 		c.m.log.Warn("vm cleanup", "id", c.rec.ID[:12], "err", err)
 	}
+	r.shares.stop(c.m.log)
 	c.detachNetwork(ctx)
 }
 
@@ -575,6 +588,7 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 	}
 	c.removed = true
 	_ = c.log.Close()
+	m.releaseVolumes(ctx, c.rec.ID, c.rec.Mounts, opts.RemoveVolumes)
 	// The record goes first: a crash mid-way leaves a directory without a
 	// record, which New cleans up, never a record without its disks.
 	if err := os.Remove(filepath.Join(c.dir, recordFile)); err != nil && !os.IsNotExist(err) {
@@ -612,6 +626,11 @@ func (m *Manager) Restore(ctx context.Context) {
 		if c.rec.State.Running {
 			if err := c.reattach(ctx); err != nil {
 				m.log.Warn("container did not survive the daemon restart", "id", c.rec.ID[:12], "err", err)
+				if c.rec.VMDir != "" {
+					// virtiofsd outlives a VMM killed while the daemon
+					// was away only until it notices; make sure.
+					m.findShares(c.rec.VMDir).kill(m.log)
+				}
 				c.rec.State = container.State{Status: container.StateExited, ExitCode: 255,
 					StartedAt: c.rec.State.StartedAt, FinishedAt: time.Now().UTC().Format(time.RFC3339Nano),
 					Error: "the VM did not survive the daemon restart"}
@@ -641,7 +660,8 @@ func (c *ctr) reattach(ctx context.Context) error {
 		_ = machine.Cleanup()
 		return err
 	}
-	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}
+	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), shares: c.m.findShares(c.rec.VMDir),
+		exited: make(chan struct{})}
 	if c.rec.Config.OpenStdin {
 		if r.stdin, err = r.proc.Stdin(ctx); err != nil {
 			c.m.log.Warn("reopen stdin", "id", c.rec.ID[:12], "err", err)
