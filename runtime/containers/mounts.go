@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -538,7 +539,7 @@ const shareGrace = 5 * time.Second
 
 // stop waits for each virtiofsd to exit after its VMM and removes its
 // files; nil is a boot without shares.
-func (sh *shares) stop(log interface{ Warn(string, ...any) }) {
+func (sh *shares) stop(log *slog.Logger) {
 	if sh == nil {
 		return
 	}
@@ -550,7 +551,7 @@ func (sh *shares) stop(log interface{ Warn(string, ...any) }) {
 	sh.servers = nil
 }
 
-func (sh *shares) kill(log interface{ Warn(string, ...any) }) {
+func (sh *shares) kill(log *slog.Logger) {
 	if sh == nil {
 		return
 	}

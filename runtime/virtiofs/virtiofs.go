@@ -250,13 +250,14 @@ func Find(dir, name string, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
-// Names lists the shares whose pid files are in dir.
+// Names lists the shares Start left in dir: those with both a pid file
+// and a staging directory.
 func Names(dir string) []string {
 	matches, _ := filepath.Glob(filepath.Join(dir, "*.pid"))
 	var names []string
 	for _, m := range matches {
 		name := strings.TrimSuffix(filepath.Base(m), ".pid")
-		if strings.HasPrefix(name, "fs") {
+		if st, err := os.Stat(filepath.Join(dir, name+".root")); err == nil && st.IsDir() {
 			names = append(names, name)
 		}
 	}

@@ -151,3 +151,20 @@ func TestStartFailsClean(t *testing.T) {
 		t.Errorf("Find after a failed start: %v", err)
 	}
 }
+
+func TestNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"qemu.pid", "fs0.pid", "fs1.pid"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"fs0.root", "fs1.root", "fs2.root"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := Names(dir); !slices.Equal(got, []string{"fs0", "fs1"}) {
+		t.Errorf("Names = %q, want the shares with a pid file and a staging dir", got)
+	}
+}
