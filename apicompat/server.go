@@ -27,6 +27,8 @@ type Config struct {
 	Forker      Forker
 	// Builder serves POST /build; nil answers 501.
 	Builder Builder
+	// Volumes may be nil: /volumes then answers 501.
+	Volumes Volumes
 	Logger  *slog.Logger
 
 	// Feature backends beyond the core lifecycle.
@@ -151,6 +153,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/images/{name}/history", s.getImageHistory)
 	s.handle(http.MethodPost, "/images/{name}/push", s.pushImage)
 	s.handle(http.MethodPost, "/build", s.postBuild)
+	s.initVolumeRoutes()
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

@@ -122,3 +122,23 @@ func TestCheckpointForkIdentity(t *testing.T) {
 	}
 	t.Logf("forks: %v", forks)
 }
+
+// TestCheckpointRefusesVolumes: a container with a bind mount cannot be
+// checkpointed (virtiofsd's state is not in the VM snapshot), and says so;
+// it keeps running.
+func TestCheckpointRefusesVolumes(t *testing.T) {
+	requireHusk(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, "-v", t.TempDir()+":/data", img, "sleep", "600")
+	r := docker(t, "checkpoint", "create", name, "cp")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "bind mounts or volumes") {
+		t.Errorf("checkpoint of a container with a bind mount = %+v, want a refusal naming the mounts", r)
+	}
+	if got := state(t, name); got != "running 0" {
+		t.Errorf("after the refused checkpoint: %q, want running 0", got)
+	}
+	if got := mustDocker(t, "checkpoint", "ls", name); got != "CHECKPOINT NAME\n" {
+		t.Errorf("checkpoint ls = %q, want no checkpoint", got)
+	}
+}

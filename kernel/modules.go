@@ -29,7 +29,8 @@ type wantedModule struct {
 // network, overlayfs for base+upper, vsock for cloud-hypervisor's agent
 // channel (vsock and vmw_vsock_virtio_transport_common come along as its
 // dependencies; a kernel without it still serves QEMU's virtio-serial
-// port), and virtio-rng so early getrandom() does not block.
+// port), virtio-rng so early getrandom() does not block, and virtiofs for
+// volumes (optional: a kernel without it boots, but cannot mount volumes).
 func guestModules() []wantedModule {
 	return []wantedModule{
 		{name: "virtio_pci"},
@@ -40,6 +41,7 @@ func guestModules() []wantedModule {
 		{name: "overlay"},
 		{name: "vmw_vsock_virtio_transport", optional: true},
 		{name: "virtio_rng", optional: true},
+		{name: "virtiofs", optional: true},
 	}
 }
 

@@ -42,6 +42,8 @@ kernel/net/vmw_vsock/vsock.ko:
 kernel/net/vmw_vsock/vmw_vsock_virtio_transport_common.ko: kernel/net/vmw_vsock/vsock.ko
 kernel/net/vmw_vsock/vmw_vsock_virtio_transport.ko: kernel/net/vmw_vsock/vmw_vsock_virtio_transport_common.ko kernel/net/vmw_vsock/vsock.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 kernel/drivers/char/hw_random/virtio-rng.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/fs/fuse/fuse.ko:
+kernel/fs/fuse/virtiofs.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko kernel/fs/fuse/fuse.ko
 `
 
 func names(mods []Module) []string {
@@ -93,6 +95,7 @@ func TestResolve(t *testing.T) {
 				"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci",
 				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
 				"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport", "virtio_rng",
+				"fuse", "virtiofs",
 			},
 		},
 		{
@@ -102,6 +105,7 @@ func TestResolve(t *testing.T) {
 			want: []string{
 				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net",
 				"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport", "virtio_rng",
+				"fuse", "virtiofs",
 			},
 		},
 		{
@@ -110,7 +114,7 @@ func TestResolve(t *testing.T) {
 			want: []string{
 				"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci",
 				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
-				"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport",
+				"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport", "fuse", "virtiofs",
 			},
 		},
 		{

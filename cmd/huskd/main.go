@@ -28,12 +28,17 @@ import (
 	"github.com/husk-vm/husk/runtime/accel"
 	"github.com/husk-vm/husk/runtime/containers"
 	"github.com/husk-vm/husk/runtime/network"
+	"github.com/husk-vm/husk/runtime/virtiofs"
+	"github.com/husk-vm/husk/runtime/volumes"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
 
 func main() {
+	// huskd re-executes itself to start each virtiofsd in a mount
+	// namespace of its own.
+	virtiofs.Reexec()
 	app := &cli.App{
 		Name:    "huskd",
 		Usage:   "Docker-compatible daemon that runs every container as a microVM",
@@ -122,9 +127,13 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open networks: %w", err)
 	}
+	vols, err := volumes.New(filepath.Join(cfg.Root, "volumes"), logger)
+	if err != nil {
+		return fmt.Errorf("open volumes: %w", err)
+	}
 	mgr, err = containers.New(ctx, containers.Options{
 		Root: filepath.Join(cfg.Root, "containers"), Images: imageSource{images},
-		Disks: disks, Guest: guest, Network: nets, Logger: logger,
+		Disks: disks, Guest: guest, Network: nets, Volumes: vols, Logger: logger,
 	})
 	if err != nil {
 		return fmt.Errorf("open containers: %w", err)
@@ -161,6 +170,7 @@ func run(parent context.Context, cfg Config) error {
 		Execs:       mgr,
 		Archives:    mgr,
 		Admin:       mgr,
+		Volumes:     vols,
 		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, decision.Binary)},
 		Logger:  logger,

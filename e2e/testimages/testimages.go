@@ -56,6 +56,9 @@ const (
 	Configured = "husk/configured"
 	SaveLoad   = "husk/saveload"
 	MultiArch  = "husk/multiarch"
+	// Volume declares VOLUME /data over a /data owned by 1000:1000 (mode
+	// 0750) holding seed (root, 0640, "seed\n").
+	Volume = "husk/volume"
 )
 
 // DefaultBusybox is where Debian's busybox-static installs its binary.
@@ -104,12 +107,17 @@ func Build(ctx context.Context, busyboxPath string) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	vol, err := volumeImage(base)
+	if err != nil {
+		return nil, err
+	}
 	return &Set{
 		Images: map[string]v1.Image{
 			Busybox:    base,
 			Layered:    layered,
 			Configured: configured,
 			SaveLoad:   saveload,
+			Volume:     vol,
 		},
 		Indexes: map[string]v1.ImageIndex{MultiArch: multi},
 	}, nil
@@ -237,6 +245,18 @@ func configuredImage(base v1.Image) (v1.Image, error) {
 		Entrypoint: []string{"/bin/sh", "-c"},
 		Cmd:        []string{ConfiguredCmd},
 		Labels:     map[string]string{ConfiguredLabel: "configured"},
+	})
+}
+
+func volumeImage(base v1.Image) (v1.Image, error) {
+	img, err := appendFiles(base, dirOwned("data", 0o750, 1000, 1000), file("data/seed", 0o640, "seed\n"))
+	if err != nil {
+		return nil, fmt.Errorf("build %s: %w", Volume, err)
+	}
+	return withConfig(img, "amd64", "", v1.Config{
+		Env:     []string{PathEnv},
+		Cmd:     []string{"sh"},
+		Volumes: map[string]struct{}{"/data": {}},
 	})
 }
 

@@ -138,7 +138,7 @@ func (c *ctr) guestAgent(ctx context.Context) (*host.Client, func(), error) {
 		return c.guestAgent(ctx)
 	}
 	c.busy = true
-	machine, client, err := c.bootVM(ctx, false)
+	machine, client, sh, err := c.bootVM(ctx, false)
 	if err != nil {
 		c.busy = false
 		c.mu.Unlock()
@@ -154,6 +154,7 @@ func (c *ctr) guestAgent(ctx context.Context) (*host.Client, func(), error) {
 			c.m.log.Warn("maintenance VM shutdown", "id", c.rec.ID[:12], "err", err)
 		}
 		discardVM(machine, client)
+		sh.stop(c.m.log)
 		c.mu.Lock()
 		c.busy = false
 		c.mu.Unlock()

@@ -74,6 +74,10 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 		c.mu.Unlock()
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("container %s is not running", c.rec.ID))
 	}
+	if c.rec.HasSharedMounts() {
+		c.mu.Unlock()
+		return errSharedMounts("checkpoint", ref)
+	}
 	if !checkpoints.ValidName(req.CheckpointID) {
 		c.mu.Unlock()
 		return errdefs.ErrUnknown.WithMessage(fmt.Sprintf("Invalid checkpoint ID (%s), only %s are allowed", req.CheckpointID, checkpoints.NameChars))
@@ -214,6 +218,12 @@ func (m *Manager) StartCheckpoint(ctx context.Context, ref, name, dir string) er
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
+	shared := c.rec.HasSharedMounts()
+	c.mu.Unlock()
+	if shared {
+		return errSharedMounts("restore a checkpoint into", ref)
+	}
 	ck, err := c.openCheckpoint(name, dir)
 	if err != nil {
 		return err
@@ -222,6 +232,15 @@ func (m *Manager) StartCheckpoint(ctx context.Context, ref, name, dir string) er
 		return unusable(name, err)
 	}
 	return c.startFrom(ctx, ref, ck)
+}
+
+// errSharedMounts refuses a checkpoint or a restore of a container with
+// bind mounts or volumes: they are served by virtiofsd on the host, whose
+// state no VM snapshot holds (QEMU refuses to migrate vhost-user-fs too).
+// tmpfs mounts live in guest memory and are fine.
+func errSharedMounts(what, ref string) error {
+	return errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf(
+		"cannot %s container %s: it has bind mounts or volumes (virtio-fs), which husk cannot checkpoint; use tmpfs or copy files in with docker cp", what, ref))
 }
 
 // openCheckpoint finds a complete checkpoint, in dockerd's words when

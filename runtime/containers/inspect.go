@@ -44,7 +44,7 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 		Driver:          "husk-ext4",
 		Platform:        "linux",
 		HostConfig:      &hc,
-		Mounts:          []container.MountPoint{},
+		Mounts:          mountPoints(rec.Mounts),
 		Config:          &cfg,
 		ExecIDs:         execIDs,
 		RestartCount:    rec.RestartCount,
@@ -87,7 +87,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 				Annotations map[string]string `json:",omitempty"`
 			}{NetworkMode: string(rec.HostConfig.NetworkMode)},
 			NetworkSettings: &container.NetworkSettingsSummary{Networks: netSettings.Networks},
-			Mounts:          []container.MountPoint{},
+			Mounts:          mountPoints(rec.Mounts),
 		})
 	}
 	// Newest first, as dockerd lists them.

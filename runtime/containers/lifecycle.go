@@ -59,6 +59,8 @@ type run struct {
 	client  *host.Client
 	proc    *host.Process
 	stdin   io.WriteCloser
+	// shares are the virtiofsd processes serving the VM's mounts.
+	shares *shares
 	// exited is closed once the exit is recorded and the VM is gone.
 	exited chan struct{}
 	// checkpointed is set when a checkpoint ends the run (Exit): the VM
@@ -143,13 +145,14 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 // boot starts the VM, waits for the agent, prepares the root and starts the
 // main process. On error nothing is left running. Callers hold c.mu.
 func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
-	machine, client, err := c.bootVM(ctx, true)
+	machine, client, sh, err := c.bootVM(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			discardVM(machine, client)
+			sh.kill(c.m.log)
 			c.detachNetwork(context.WithoutCancel(ctx))
 		}
 	}()
@@ -162,7 +165,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &run{machine: machine, client: client, proc: proc, exited: make(chan struct{})}
+	r := &run{machine: machine, client: client, proc: proc, shares: sh, exited: make(chan struct{})}
 	if cfg.OpenStdin {
 		if r.stdin, err = proc.Stdin(ctx); err != nil {
 			return nil, fmt.Errorf("open stdin: %w", err)
@@ -182,25 +185,25 @@ func discardVM(machine vmm.Machine, client *host.Client) {
 // detaches them); a VM booted only to reach the container's files has no
 // network, and so binds none of its published ports. On error nothing is
 // left running or attached. Callers hold c.mu.
-func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *host.Client, err error) {
+func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *host.Client, _ *shares, err error) {
 	m := c.m
 	layers, err := m.images.Layers(ctx, c.rec.ImageID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
+		return nil, nil, nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
 	}
 	base, err := m.disks.EnsureBase(ctx, c.rec.ImageID, layers)
 	if err != nil {
-		return nil, nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
+		return nil, nil, nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
 	}
 	vmDir := filepath.Join(c.dir, "vm")
 	if err := os.MkdirAll(vmDir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("create vm dir: %w", err)
+		return nil, nil, nil, fmt.Errorf("create vm dir: %w", err)
 	}
 	c.rec.VMDir = vmDir
 	var att *husknet.Attachment
 	if withNetwork {
 		if att, err = c.attachNetwork(ctx); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		defer func() {
 			if err != nil {
@@ -208,8 +211,17 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 			}
 		}()
 	}
+	sh, shareDevs, mountSpecs, err := c.startShares(ctx, vmDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			sh.kill(m.log)
+		}
+	}()
 	var nets []vmm.Net
-	setup := proto.SetupSpec{
+	setup := proto.SetupSpec{Mounts: mountSpecs,
 		Hostname: c.rec.Config.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
 		Hosts: hostsFile(c.rec.Config.Hostname),
 	}
@@ -225,10 +237,10 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 			{Path: base, ReadOnly: true, Serial: baseSerial},
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
 		},
-		nets: nets,
+		nets: nets, shares: shareDevs,
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -237,9 +249,10 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 		}
 	}()
 	if err := client.Setup(ctx, setup); err != nil {
-		return nil, nil, fmt.Errorf("set up guest root: %w", err)
+		return nil, nil, nil, fmt.Errorf("set up guest root: %w", err)
 	}
-	return machine, client, nil
+	c.copiedUp()
+	return machine, client, sh, nil
 }
 
 // connectAgent dials the agent until it answers: the guest is booting. One
@@ -381,6 +394,7 @@ func (c *ctr) teardown(r *run) {
 		_ = r.stdin.Close()
 	}
 	stopVM(c.m.log, c.rec.ID[:12], r.machine, r.client)
+	r.shares.stop(c.m.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c.detachNetwork(ctx)
@@ -632,6 +646,7 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 	}
 	c.removed = true
 	_ = c.log.Close()
+	m.releaseVolumes(ctx, c.rec.ID, c.rec.Mounts, opts.RemoveVolumes)
 	// The record goes first: a crash mid-way leaves a directory without a
 	// record, which New cleans up, never a record without its disks.
 	if err := os.Remove(filepath.Join(c.dir, recordFile)); err != nil && !os.IsNotExist(err) {
@@ -670,6 +685,11 @@ func (m *Manager) Restore(ctx context.Context) {
 		if c.rec.State.Running {
 			if err := c.reattach(ctx); err != nil {
 				m.log.Warn("container did not survive the daemon restart", "id", c.rec.ID[:12], "err", err)
+				if c.rec.VMDir != "" {
+					// virtiofsd outlives a VMM killed while the daemon
+					// was away only until it notices; make sure.
+					m.findShares(c.rec.VMDir).kill(m.log)
+				}
 				c.rec.State = container.State{Status: container.StateExited, ExitCode: 255,
 					StartedAt: c.rec.State.StartedAt, FinishedAt: time.Now().UTC().Format(time.RFC3339Nano),
 					Error: "the VM did not survive the daemon restart"}
@@ -713,7 +733,8 @@ func (c *ctr) reattach(ctx context.Context) error {
 		_ = machine.Cleanup()
 		return err
 	}
-	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}
+	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), shares: c.m.findShares(c.rec.VMDir),
+		exited: make(chan struct{})}
 	if c.rec.Config.OpenStdin {
 		if r.stdin, err = r.proc.Stdin(ctx); err != nil {
 			c.m.log.Warn("reopen stdin", "id", c.rec.ID[:12], "err", err)

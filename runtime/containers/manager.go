@@ -63,6 +63,9 @@ type Guest struct {
 	ReadyTimeout time.Duration
 	// Cmdline is appended to every guest's kernel command line.
 	Cmdline string
+	// Virtiofsd serves volumes to the VM; default
+	// /usr/lib/qemu/virtiofsd.
+	Virtiofsd string
 }
 
 // Options configure a Manager.
@@ -73,17 +76,21 @@ type Options struct {
 	Guest  Guest
 	// Network connects containers to networks; nil gives them none.
 	Network Network
+	// Volumes holds named and anonymous volumes; nil refuses them (bind
+	// mounts and tmpfs still work).
+	Volumes Volumes
 	Logger  *slog.Logger
 }
 
 // Manager owns every container.
 type Manager struct {
-	root   string
-	images Images
-	disks  Disks
-	guest  Guest
-	net    Network
-	log    *slog.Logger
+	root    string
+	images  Images
+	disks   Disks
+	guest   Guest
+	net     Network
+	volumes Volumes
+	log     *slog.Logger
 
 	mu     sync.Mutex
 	byID   map[string]*ctr
@@ -118,6 +125,9 @@ type Record struct {
 	// ManuallyStopped: stopped or killed through the API since its last
 	// start (an unless-stopped container then stays down).
 	ManuallyStopped bool
+	// Mounts are the container's volumes, binds and tmpfs mounts
+	// (mounts.go), parents first.
+	Mounts []Mount `json:",omitempty"`
 }
 
 const recordFile = "config.json"
@@ -131,7 +141,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, log: log,
+	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, volumes: opts.Volumes, log: log,
 		byID: map[string]*ctr{}, byName: map[string]*ctr{}}
 	entries, err := os.ReadDir(opts.Root)
 	if err != nil {
@@ -161,6 +171,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		m.recoverFromCheckpointing(c)
 		m.byID[rec.ID] = c
 		m.byName[rec.Name] = c
+		m.acquireVolumes(rec)
 	}
 	return m, nil
 }
@@ -268,6 +279,19 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 		}
 	}()
 
+	mounts, err := planMounts(cfg, hc, bindExists)
+	if err != nil {
+		return resp, err
+	}
+	if err := m.useVolumes(ctx, id, mounts); err != nil {
+		return resp, err
+	}
+	defer func() {
+		if err != nil {
+			m.releaseVolumes(context.WithoutCancel(ctx), id, mounts, true)
+		}
+	}()
+
 	dir := filepath.Join(m.root, id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return resp, fmt.Errorf("create container dir: %w", err)
@@ -290,7 +314,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	path, args := entrypointAndArgs(cfg)
 	rec := Record{
 		ID: id, Name: name, Created: time.Now().UTC(), Image: req.Config.Image, ImageID: img.ID,
-		Config: cfg, HostConfig: hc, Path: path, Args: args, Networks: nets,
+		Config: cfg, HostConfig: hc, Path: path, Args: args, Networks: nets, Mounts: mounts,
 		State: container.State{Status: container.StateCreated, StartedAt: zeroTime, FinishedAt: zeroTime},
 	}
 	c, err := m.newCtr(dir, rec)

@@ -20,6 +20,7 @@ type vmSpec struct {
 	cpus      int
 	disks     []vmm.Disk
 	nets      []vmm.Net
+	shares    []vmm.Share
 }
 
 // startVM boots a VM and opens a session with its agent, waiting up to
@@ -27,7 +28,7 @@ type vmSpec struct {
 func (g Guest) startVM(ctx context.Context, spec vmSpec) (_ vmm.Machine, _ *host.Client, err error) {
 	machine, err := g.Driver.Start(ctx, vmm.Config{
 		ID: spec.id, Dir: spec.dir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
-		MemoryMiB: spec.memoryMiB, CPUs: spec.cpus, Accel: g.Accel, Disks: spec.disks, Nets: spec.nets,
+		MemoryMiB: spec.memoryMiB, CPUs: spec.cpus, Accel: g.Accel, Disks: spec.disks, Nets: spec.nets, Shares: spec.shares,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("boot %s: %w", spec.id, err)

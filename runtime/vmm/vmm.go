@@ -28,6 +28,23 @@ type Config struct {
 	Accel string
 	// Nets are attached as virtio-net devices in this order.
 	Nets []Net
+	// Shares are host directories served by virtiofsd processes the
+	// caller started; each becomes a vhost-user-fs device the guest
+	// mounts by its Tag. A VM with shares has its memory shared with
+	// those processes.
+	Shares []Share
+}
+
+// Share is one virtio-fs device backed by a vhost-user socket on which a
+// virtiofsd (owned by the caller) already listens.
+type Share struct {
+	// Tag is the name the guest mounts (mount -t virtiofs TAG DIR); at
+	// most 36 bytes.
+	Tag string
+	// Socket is the vhost-user socket's path. Drivers reach a socket
+	// that lies in Config.Dir by a path relative to it, so a long
+	// directory does not break the 108-byte limit of socket paths.
+	Socket string
 }
 
 // Net is one guest network interface backed by a host TAP device that

@@ -72,6 +72,9 @@ type Options struct {
 	// OutputLimit bounds the bytes held per output stream while no host
 	// stream takes them. Default 8 MiB.
 	OutputLimit int
+	// MountShare mounts a virtio-fs share (SetupSpec.Mounts); default a
+	// virtiofs mount. Tests that run the agent on a host replace it.
+	MountShare func(tag, dir string, flags uintptr) error
 }
 
 // Agent serves the protocol of package proto for one machine. Its processes
@@ -82,6 +85,7 @@ type Agent struct {
 
 	mu       sync.Mutex
 	root     string // set by OpSetup
+	mounts   *mounter
 	hostname string
 	etcDir   string
 	procs    map[string]*process
@@ -110,6 +114,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.Exe == "" {
 		opts.Exe = "/proc/self/exe"
+	}
+	if opts.MountShare == nil {
+		opts.MountShare = mountVirtiofs
 	}
 	a := &Agent{
 		log:      opts.Logger,
@@ -431,7 +438,13 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
-	a.root, a.hostname, a.etcDir = root, spec.Hostname, etcDir
+	mounts := &mounter{sharesDir: filepath.Join(a.opts.StateDir, "shares"), mountShare: a.opts.MountShare}
+	if err := mounts.apply(root, spec.Mounts); err != nil {
+		_ = mounts.release()
+		_ = a.opts.Rootfs.Unmount(ctx)
+		return fmt.Errorf("setup: %w", err)
+	}
+	a.root, a.hostname, a.etcDir, a.mounts = root, spec.Hostname, etcDir, mounts
 	a.log.Info("container root ready", "root", root, "hostname", spec.Hostname)
 	return nil
 }
@@ -484,8 +497,15 @@ func (a *Agent) shutdown(ctx context.Context, s *stream) error {
 	unix.Sync()
 	a.mu.Lock()
 	mounted := a.root != ""
-	a.root = ""
+	mounts := a.mounts
+	a.root, a.mounts = "", nil
 	a.mu.Unlock()
+	if mounts != nil {
+		// Volumes first: the root cannot go while they sit in it.
+		if err := mounts.release(); err != nil {
+			a.log.Error("release volumes", "err", err)
+		}
+	}
 	if mounted {
 		if err := a.opts.Rootfs.Unmount(ctx); err != nil {
 			a.log.Error("release container root", "err", err)

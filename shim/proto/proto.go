@@ -124,6 +124,8 @@ type SetupSpec struct {
 	ResolvConf string `json:"resolvConf,omitempty"`
 	// Network configures the guest's interfaces (network.go).
 	Network *NetworkSpec `json:"network,omitempty"`
+	// Mounts are mounted into the container root (mounts.go).
+	Mounts []MountSpec `json:"mounts,omitempty"`
 }
 
 // ProcessSpec follows the OCI runtime-spec Process.

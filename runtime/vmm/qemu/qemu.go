@@ -419,6 +419,11 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 			"-device", netDev+",netdev="+id+",mac="+optEscape(n.MAC),
 		)
 	}
+	shareArgs, err := sharesArgs(machine, dir(cfg), mem, cfg.Shares)
+	if err != nil {
+		return nil, fmt.Errorf("vm %s: %w", cfg.ID, err)
+	}
+	args = append(args, shareArgs...)
 	args = append(args,
 		"-device", serial+",id=vserial",
 		"-chardev", "socket,id=agent,path="+agentSocket+",server=on,wait=off",
@@ -474,6 +479,55 @@ func closeAll(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
+}
+
+// maxTag is the size of the tag field of virtio-fs's config space.
+const maxTag = 36
+
+// sharesArgs attaches each share as a vhost-user-fs device. vhost-user
+// needs the guest's RAM in memory virtiofsd can map, so a VM with shares
+// gets its RAM from a shared memfd. The sockets are connected while QEMU
+// is still root, before -runas, and stay connected for its lifetime.
+func sharesArgs(machine, dir string, memMiB int, shares []vmm.Share) ([]string, error) {
+	if len(shares) == 0 {
+		return nil, nil
+	}
+	dev := "vhost-user-fs-pci"
+	if machine == MachineMicroVM {
+		dev = "vhost-user-fs-device"
+	}
+	args := []string{
+		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", memMiB),
+		"-machine", "memory-backend=mem",
+	}
+	for i, sh := range shares {
+		if sh.Tag == "" || len(sh.Tag) > maxTag {
+			return nil, fmt.Errorf("share tag %q must have 1 to %d bytes: %w", sh.Tag, maxTag, errdefs.ErrInvalidArgument)
+		}
+		if sh.Socket == "" {
+			return nil, fmt.Errorf("share %s has no socket: %w", sh.Tag, errdefs.ErrInvalidArgument)
+		}
+		sock := sh.Socket
+		if dir != "" && filepath.Dir(filepath.Clean(sock)) == dir {
+			sock = filepath.Base(sock)
+		}
+		id := fmt.Sprintf("fs%d", i)
+		args = append(args,
+			"-chardev", "socket,id="+id+",path="+optEscape(sock),
+			"-device", dev+",chardev="+id+",tag="+optEscape(sh.Tag),
+		)
+	}
+	return args, nil
+}
+
+// dir is the VM directory as an absolute path, or "" when it cannot be
+// made one (validate has already refused that case for real starts).
+func dir(cfg vmm.Config) string {
+	d, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return ""
+	}
+	return d
 }
 
 // optEscape quotes a value for QEMU's key=value,... option syntax, where

@@ -281,3 +281,51 @@ func TestReattachNothing(t *testing.T) {
 		t.Errorf("foreign pid: err = %v, want NotFound", err)
 	}
 }
+
+func TestQEMUArgsShares(t *testing.T) {
+	dir := t.TempDir()
+	cfg := vmm.Config{
+		ID: "c1", Dir: dir, Kernel: "/boot/vmlinuz", Initramfs: "/initrd", MemoryMiB: 384,
+		Shares: []vmm.Share{
+			{Tag: "husk0", Socket: filepath.Join(dir, "fs0.sock")},
+			{Tag: "husk1", Socket: "/elsewhere/a,b.sock"},
+		},
+	}
+	args, err := qemuArgs(MachinePC, "nobody", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := argAfter(args, "-object"), []string{"memory-backend-memfd,id=mem,size=384M,share=on"}; !slices.Equal(got, want) {
+		t.Errorf("-object = %q, want %q", got, want)
+	}
+	if got, want := argAfter(args, "-machine"), []string{"memory-backend=mem"}; !slices.Equal(got, want) {
+		t.Errorf("-machine = %q, want %q", got, want)
+	}
+	chardevs := argAfter(args, "-chardev")
+	for _, want := range []string{"socket,id=fs0,path=fs0.sock", "socket,id=fs1,path=/elsewhere/a,,b.sock"} {
+		if !slices.Contains(chardevs, want) {
+			t.Errorf("-chardev %q missing from %q", want, chardevs)
+		}
+	}
+	devices := argAfter(args, "-device")
+	for _, want := range []string{"vhost-user-fs-pci,chardev=fs0,tag=husk0", "vhost-user-fs-pci,chardev=fs1,tag=husk1"} {
+		if !slices.Contains(devices, want) {
+			t.Errorf("-device %q missing from %q", want, devices)
+		}
+	}
+
+	noShares, err := qemuArgs(MachinePC, "", vmm.Config{ID: "c2", Dir: dir, Kernel: "/k", Initramfs: "/i"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := argAfter(noShares, "-object"); len(got) != 0 {
+		t.Errorf("a VM without shares got shared memory: %q", got)
+	}
+
+	for _, bad := range []vmm.Share{{Tag: "", Socket: "/s"}, {Tag: strings.Repeat("t", 37), Socket: "/s"}, {Tag: "t"}} {
+		cfg.Shares = []vmm.Share{bad}
+		if _, err := qemuArgs(MachinePC, "", cfg); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("share %+v: err %v, want invalid argument", bad, err)
+		}
+	}
+}

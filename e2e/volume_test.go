@@ -1,0 +1,262 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/husk-vm/husk/e2e/harness"
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// hostFile reads a file the guest wrote and returns its content and owner.
+func hostFile(t *testing.T, path string) (content string, uid, gid int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the guest's file is not on the host: %v", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	return string(b), int(sys.Uid), int(sys.Gid)
+}
+
+// sharesLeft lists virtiofsd processes the daemon left running.
+func sharesLeft(t *testing.T) []string {
+	t.Helper()
+	procs, err := harness.ProcessesMentioning(filepath.Dir(suite.DaemonLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, p := range procs {
+		if strings.Contains(p.Cmdline, "virtiofsd") {
+			left = append(left, p.Cmdline)
+		}
+	}
+	return left
+}
+
+// TestBindMounts: a host directory read-write and read-only, a single host
+// file, and a tmpfs, in one container.
+func TestBindMounts(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	rw, ro := t.TempDir(), t.TempDir()
+	for _, d := range []string{rw, ro} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(rw, "in"), []byte("from-host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ro, "keep"), []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(t.TempDir(), "app.conf")
+	if err := os.WriteFile(conf, []byte("conf\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `cat /w/in; echo guest > /w/out; mkdir /w/owned && chown 1000:50 /w/owned && chmod 0710 /w/owned; ` +
+		`touch /r/nope 2>&1 | sed 's/^.*: //'; rm /r/keep 2>&1 | sed 's/^.*: //'; ` +
+		`cat /etc/app.conf; (echo changed > /etc/app.conf) 2>&1 | sed 's/^.*: //'; ` +
+		`grep -o ' /scratch tmpfs [^ ]*' /proc/mounts | grep -o 'nosuid,nodev,noexec'; stat -c %a /scratch`
+	r := docker(t, "run", "--rm", "-v", rw+":/w", "-v", ro+":/r:ro", "-v", conf+":/etc/app.conf:ro",
+		"--mount", "type=tmpfs,dst=/scratch,tmpfs-mode=1770", img, "sh", "-c", script)
+	want := "from-host\nRead-only file system\nRead-only file system\nconf\nRead-only file system\nnosuid,nodev,noexec\n1770\n"
+	if r != (result{Stdout: want}) {
+		t.Errorf("got %+v, want stdout %q", r, want)
+	}
+	if content, uid, gid := hostFile(t, filepath.Join(rw, "out")); content != "guest\n" || uid != 0 || gid != 0 {
+		t.Errorf("file written by the guest's root: %q owned %d:%d, want \"guest\\n\" owned 0:0", content, uid, gid)
+	}
+	if st, err := os.Stat(filepath.Join(rw, "owned")); err != nil {
+		t.Errorf("directory made by the guest: %v", err)
+	} else if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 1000 || sys.Gid != 50 || st.Mode().Perm() != 0o710 {
+		t.Errorf("guest chown 1000:50 chmod 0710 shows on the host as %d:%d %o", sys.Uid, sys.Gid, st.Mode().Perm())
+	}
+	if entries, _ := os.ReadDir(ro); len(entries) != 1 {
+		t.Errorf("the read-only directory changed: %v", entries)
+	}
+	if content, _, _ := hostFile(t, conf); content != "conf\n" {
+		t.Errorf("the read-only file changed: %q", content)
+	}
+	if left := sharesLeft(t); len(left) > 0 {
+		t.Errorf("virtiofsd still running after run --rm: %q", left)
+	}
+
+	// --mount refuses a missing source; -v creates it, as dockerd does.
+	missing := filepath.Join(t.TempDir(), "missing")
+	r = docker(t, "run", "--rm", "--mount", "type=bind,src="+missing+",dst=/x", img, "true")
+	wantErr := "docker: Error response from daemon: invalid mount config for type \"bind\": bind source path does not exist: " + missing + "\n\nRun 'docker run --help' for more information\n"
+	if r != (result{Stderr: wantErr, Code: 125}) {
+		t.Errorf("--mount of a missing source: %+v, want %q", r, wantErr)
+	}
+	r = docker(t, "run", "--rm", "-v", "v1:relative", img, "true")
+	wantErr = "docker: Error response from daemon: invalid volume specification: 'v1:relative': invalid mount config for type \"volume\": invalid mount path: 'relative' mount path must be absolute\n\nRun 'docker run --help' for more information\n"
+	if r != (result{Stderr: wantErr, Code: 125}) {
+		t.Errorf("relative destination: %+v, want %q", r, wantErr)
+	}
+}
+
+type volumeInspected struct {
+	Name, Driver, Mountpoint, Scope string
+	Labels                          map[string]string
+}
+
+// TestNamedVolumes: create, fill from the image, outlive the container,
+// refuse removal while in use, and go with ls/inspect/rm/prune; then an
+// image's anonymous volume, removed by rm -v.
+func TestNamedVolumes(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Volume)
+	vol := namePrefix(t)
+	t.Cleanup(func() { docker(t, "volume", "rm", "-f", vol) })
+	if got := mustDocker(t, "volume", "create", "--label", "e2e=yes", vol); got != vol+"\n" {
+		t.Errorf("volume create printed %q", got)
+	}
+	var vi []volumeInspected
+	if err := json.Unmarshal([]byte(mustDocker(t, "volume", "inspect", vol)), &vi); err != nil || len(vi) != 1 {
+		t.Fatalf("volume inspect: %v", err)
+	}
+	if v := vi[0]; v.Name != vol || v.Driver != "local" || v.Scope != "local" || v.Labels["e2e"] != "yes" {
+		t.Errorf("volume inspect: %+v", v)
+	}
+	mountpoint := vi[0].Mountpoint
+
+	// The empty volume gets the image's /data (owner, mode, content).
+	writer := containerName(t, "-writer")
+	r := docker(t, "run", "--name", writer, "-v", vol+":/data", img, "sh", "-c",
+		`stat -c '%u:%g %a' /data; cat /data/seed; stat -c '%u %a' /data/seed; echo kept > /data/kept`)
+	if want := "1000:1000 750\nseed\n0 640\n"; r != (result{Stdout: want}) {
+		t.Errorf("first use of the volume: %+v, want stdout %q", r, want)
+	}
+	if content, uid, _ := hostFile(t, filepath.Join(mountpoint, "kept")); content != "kept\n" || uid != 0 {
+		t.Errorf("volume file on the host: %q uid %d", content, uid)
+	}
+	id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", writer))
+	r = docker(t, "volume", "rm", vol)
+	wantErr := "Error response from daemon: remove " + vol + ": volume is in use - [" + id + "]\n"
+	if r != (result{Stderr: wantErr, Code: 1}) {
+		t.Errorf("volume rm in use: %+v, want %q", r, wantErr)
+	}
+	var mounts []struct{ Type, Name, Destination, Driver, Mode string }
+	if err := json.Unmarshal([]byte(mustDocker(t, "inspect", "-f", "{{json .Mounts}}", writer)), &mounts); err != nil {
+		t.Fatal(err)
+	}
+	if len(mounts) != 1 || mounts[0].Type != "volume" || mounts[0].Name != vol || mounts[0].Destination != "/data" || mounts[0].Mode != "z" {
+		t.Errorf("inspect Mounts: %+v", mounts)
+	}
+	mustDocker(t, "rm", writer)
+
+	// A new container as another user sees the data, and what it writes
+	// is owned by that uid on the host.
+	r = docker(t, "run", "--rm", "-u", "1000", "-v", vol+":/data", img, "sh", "-c", "cat /data/kept; echo app > /data/by-app")
+	if r != (result{Stdout: "kept\n"}) {
+		t.Errorf("second container: %+v, want stdout \"kept\\n\"", r)
+	}
+	if _, uid, gid := hostFile(t, filepath.Join(mountpoint, "by-app")); uid != 1000 || gid != 1000 {
+		t.Errorf("file written by uid 1000 is owned %d:%d on the host", uid, gid)
+	}
+
+	// An image's VOLUME gets an anonymous volume; rm -v removes it.
+	anon := containerName(t, "-anon")
+	mustDocker(t, "create", "--name", anon, img)
+	anonVol := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{range .Mounts}}{{.Name}}{{end}}", anon))
+	if len(anonVol) != 64 {
+		t.Fatalf("anonymous volume name %q", anonVol)
+	}
+	if got := mustDocker(t, "volume", "ls", "-q", "-f", "dangling=true", "-f", "name="+anonVol); got != "" {
+		t.Errorf("an in-use anonymous volume is listed as dangling: %q", got)
+	}
+	mustDocker(t, "rm", "-v", anon)
+	if got := mustDocker(t, "volume", "ls", "-q", "-f", "name="+anonVol); got != "" {
+		t.Errorf("rm -v left the anonymous volume: %q", got)
+	}
+
+	if got := mustDocker(t, "volume", "ls", "-q", "-f", "dangling=true", "-f", "label=e2e=yes"); got != vol+"\n" {
+		t.Errorf("volume ls dangling: %q", got)
+	}
+	r = docker(t, "volume", "rm", vol)
+	if r != (result{Stdout: vol + "\n"}) {
+		t.Errorf("volume rm: %+v", r)
+	}
+	if _, err := os.Stat(mountpoint); !os.IsNotExist(err) {
+		t.Errorf("volume data left after rm: %v", err)
+	}
+	r = docker(t, "volume", "inspect", vol)
+	if r != (result{Stdout: "[]\n", Stderr: "Error response from daemon: get " + vol + ": no such volume\n", Code: 1}) {
+		t.Errorf("inspect of a removed volume: %+v", r)
+	}
+}
+
+// TestVolumePrune: prune takes unused anonymous volumes, and named ones
+// only with --all.
+func TestVolumePrune(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != harness.Huskd {
+		t.Skip("dockerd 20.10 (API 1.41) prunes named volumes without --all")
+	}
+	img := pulled(t, testimages.Volume)
+	named := namePrefix(t)
+	t.Cleanup(func() { docker(t, "volume", "rm", "-f", named) })
+	mustDocker(t, "volume", "create", named)
+	ctr := containerName(t, "")
+	mustDocker(t, "create", "--name", ctr, img)
+	anonVol := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{range .Mounts}}{{.Name}}{{end}}", ctr))
+	mustDocker(t, "rm", ctr)
+	out := mustDocker(t, "volume", "prune", "-f")
+	if !strings.Contains(out, anonVol) || strings.Contains(out, named) {
+		t.Errorf("volume prune: %q, want the anonymous volume only", out)
+	}
+	out = mustDocker(t, "volume", "prune", "-af", "--filter", "label!=nothing")
+	if !strings.Contains(out, named) {
+		t.Errorf("volume prune --all: %q, want %s", out, named)
+	}
+}
+
+// TestVolumeSurvivesDaemonCrash: virtiofsd outlives a kill -9 of the
+// daemon with its VM, and goes with the container.
+func TestVolumeSurvivesDaemonCrash(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != harness.Huskd {
+		t.Skip("dockerd's live-restore is off; this is about husk's VMs outliving it")
+	}
+	img := pulled(t, testimages.Busybox)
+	dir := t.TempDir()
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, "-v", dir+":/w", img, "sh", "-c",
+		`i=0; while :; do i=$((i+1)); echo $i > /w/n.tmp; mv /w/n.tmp /w/n; sleep 1; done`)
+	counter := func() string {
+		b, _ := os.ReadFile(filepath.Join(dir, "n"))
+		return strings.TrimSpace(string(b))
+	}
+	eventually(t, "the container writes to the bind mount", func() string {
+		if counter() == "" {
+			return "no counter yet"
+		}
+		return ""
+	})
+	crashDaemon(t)
+	before := counter()
+	eventually(t, "the container still writes after the daemon crash", func() string {
+		if c := counter(); c == before {
+			return "counter still " + c
+		}
+		return ""
+	})
+	if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Running}}", name)); got != "true" {
+		t.Errorf("running after the crash: %s", got)
+	}
+	mustDocker(t, "rm", "-f", name)
+	if left := sharesLeft(t); len(left) > 0 {
+		t.Errorf("virtiofsd still running after rm -f: %q", left)
+	}
+}

@@ -1,0 +1,460 @@
+// Package volumes is the store of named and anonymous volumes for the
+// "local" driver: each volume is a directory under the store's root whose
+// _data subdirectory is what containers mount (served to the VM by
+// virtio-fs). It answers the /volumes API and tracks which containers use
+// which volume, so that an in-use volume is neither removed nor pruned.
+//
+// On disk, ROOT/NAME/volume.json is the record (written atomically) and
+// ROOT/NAME/_data the content. A directory without a record is a create
+// that never finished and is removed at start.
+package volumes
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/renameio/v2"
+	"github.com/moby/moby/api/types/volume"
+)
+
+// DriverLocal is the only driver.
+const DriverLocal = "local"
+
+// AnonymousLabel marks a volume made for one container (docker run -v
+// /path, or an image's VOLUME), as dockerd marks it; `docker volume
+// prune` without --all removes only those.
+const AnonymousLabel = "com.docker.volume.anonymous"
+
+const (
+	recordFile = "volume.json"
+	dataDir    = "_data"
+)
+
+// validName is the local driver's rule for volume names.
+var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+
+// Store holds every volume.
+type Store struct {
+	root string
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	vols map[string]*record
+	// refs maps a volume name to the IDs of the containers using it.
+	refs map[string]map[string]struct{}
+}
+
+// record is one volume as persisted.
+type record struct {
+	Name      string
+	Driver    string
+	CreatedAt time.Time
+	Labels    map[string]string `json:",omitempty"`
+	Options   map[string]string `json:",omitempty"`
+}
+
+// New opens the store under root, creating it when missing.
+func New(root string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("create volume root: %w", err)
+	}
+	s := &Store{root: root, log: log, vols: map[string]*record{}, refs: map[string]map[string]struct{}{}}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, recordFile))
+		if errors.Is(err, fs.ErrNotExist) {
+			log.Warn("removing incomplete volume", "dir", dir)
+			if err := os.RemoveAll(dir); err != nil {
+				log.Error("remove incomplete volume", "dir", dir, "err", err)
+			}
+			continue
+		}
+		var rec record
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err != nil || rec.Name != e.Name() {
+			log.Error("skipping unreadable volume record", "dir", dir, "err", err)
+			continue
+		}
+		s.vols[rec.Name] = &rec
+	}
+	return s, nil
+}
+
+// Create makes a volume, or returns the existing one of that name.
+func (s *Store) Create(ctx context.Context, req volume.CreateRequest) (volume.Volume, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, err := s.create(req)
+	if err != nil {
+		return volume.Volume{}, err
+	}
+	return s.toAPI(rec), nil
+}
+
+// create is Create with s.mu held.
+func (s *Store) create(req volume.CreateRequest) (*record, error) {
+	name := req.Name
+	if name == "" {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("generate volume name: %w", err)
+		}
+		name = hex.EncodeToString(b)
+	}
+	driver := req.Driver
+	if driver == "" {
+		driver = DriverLocal
+	}
+	if rec, ok := s.vols[name]; ok {
+		if driver != rec.Driver {
+			return nil, errdefs.ErrConflict.WithMessage(fmt.Sprintf("create %s: volume name must be unique", name))
+		}
+		return rec, nil
+	}
+	if driver != DriverLocal {
+		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("create %s: error looking up volume plugin %s: plugin %q not found", name, driver, driver))
+	}
+	if len(name) == 1 {
+		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("create %s: volume name is too short, names should be at least two alphanumeric characters", name))
+	}
+	if !validName.MatchString(name) {
+		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("create %s: %q includes invalid characters for a local volume name, only \"[a-zA-Z0-9][a-zA-Z0-9_.-]\" are allowed. If you intended to pass a host directory, use absolute path", name, name))
+	}
+	if err := validateOptions(name, req.DriverOpts); err != nil {
+		return nil, err
+	}
+	rec := &record{Name: name, Driver: driver, CreatedAt: time.Now().UTC().Truncate(time.Second),
+		Labels: maps.Clone(req.Labels), Options: maps.Clone(req.DriverOpts)}
+	dir := filepath.Join(s.root, name)
+	// _data first and the record last: a crash in between leaves a
+	// directory without a record, which New removes.
+	if err := os.MkdirAll(filepath.Join(dir, dataDir), 0o755); err != nil {
+		return nil, fmt.Errorf("create volume %s: %w", name, err)
+	}
+	if err := s.save(rec); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	s.vols[name] = rec
+	s.log.Info("volume created", "name", name)
+	return rec, nil
+}
+
+// validateOptions refuses driver options: the local driver's type, device
+// and o mount a filesystem on the host, which husk does not do.
+func validateOptions(name string, opts map[string]string) error {
+	for k := range opts {
+		switch k {
+		case "type", "device", "o", "size":
+			return errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf("create %s: husk: local volume option %q is not supported: volumes are plain directories shared with the VM", name, k))
+		default:
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("create %s: invalid option: %q", name, k))
+		}
+	}
+	return nil
+}
+
+func (s *Store) save(rec *record) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode volume %s: %w", rec.Name, err)
+	}
+	dir := filepath.Join(s.root, rec.Name)
+	if err := renameio.WriteFile(filepath.Join(dir, recordFile), b, 0o600); err != nil {
+		return fmt.Errorf("save volume %s: %w", rec.Name, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync volume %s: %w", rec.Name, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync volume %s: %w", rec.Name, err)
+	}
+	return nil
+}
+
+func (s *Store) toAPI(rec *record) volume.Volume {
+	// No labels or options are null, as dockerd shows them.
+	return volume.Volume{
+		Name: rec.Name, Driver: rec.Driver, Mountpoint: s.Mountpoint(rec.Name),
+		CreatedAt: rec.CreatedAt.Format(time.RFC3339), Labels: rec.Labels, Options: rec.Options, Scope: "local",
+	}
+}
+
+// Mountpoint is where the named volume's content is on the host.
+func (s *Store) Mountpoint(name string) string { return filepath.Join(s.root, name, dataDir) }
+
+// Inspect returns the named volume.
+func (s *Store) Inspect(ctx context.Context, name string) (volume.Volume, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.vols[name]
+	if !ok {
+		return volume.Volume{}, noSuchVolume(name)
+	}
+	return s.toAPI(rec), nil
+}
+
+func noSuchVolume(name string) error {
+	return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("get %s: no such volume", name))
+}
+
+// listFilters are the filters GET /volumes takes.
+var listFilters = map[string]bool{"dangling": true, "driver": true, "label": true, "name": true}
+
+// List answers GET /volumes.
+func (s *Store) List(ctx context.Context, filters map[string][]string) (volume.ListResponse, error) {
+	for k := range filters {
+		if !listFilters[k] {
+			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter '%s'", k))
+		}
+	}
+	for _, v := range filters["dangling"] {
+		if _, err := parseBool(v); err != nil {
+			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter 'dangling=%s'", v))
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := volume.ListResponse{Volumes: []volume.Volume{}, Warnings: []string{}}
+	for _, name := range s.sortedNames() {
+		rec := s.vols[name]
+		if s.matches(rec, filters) {
+			out.Volumes = append(out.Volumes, s.toAPI(rec))
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) sortedNames() []string {
+	names := slices.Collect(maps.Keys(s.vols))
+	sort.Strings(names)
+	return names
+}
+
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "1", "true":
+		return true, nil
+	case "0", "false":
+		return false, nil
+	}
+	return false, errors.New("not a boolean")
+}
+
+// matches applies list filters: values of one key are alternatives, keys
+// must all match; labels must all match.
+func (s *Store) matches(rec *record, filters map[string][]string) bool {
+	anyOf := func(key string, ok func(string) bool) bool {
+		vals := filters[key]
+		if len(vals) == 0 {
+			return true
+		}
+		return slices.ContainsFunc(vals, ok)
+	}
+	return anyOf("name", func(v string) bool { return strings.Contains(rec.Name, v) }) &&
+		anyOf("driver", func(v string) bool { return rec.Driver == v }) &&
+		anyOf("dangling", func(v string) bool {
+			want, _ := parseBool(v)
+			return want == (len(s.refs[rec.Name]) == 0)
+		}) &&
+		labelsMatch(filters["label"], rec.Labels, true) &&
+		labelsMatch(filters["label!"], rec.Labels, false)
+}
+
+// labelsMatch: with want, every "k" or "k=v" must be present; without,
+// none may be.
+func labelsMatch(exprs []string, labels map[string]string, want bool) bool {
+	for _, e := range exprs {
+		k, v, hasValue := strings.Cut(e, "=")
+		got, ok := labels[k]
+		has := ok && (!hasValue || got == v)
+		if has != want {
+			return false
+		}
+	}
+	return true
+}
+
+// Remove deletes the named volume. An in-use volume is refused, even with
+// force; force only makes a missing volume no error.
+func (s *Store) Remove(ctx context.Context, name string, force bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.vols[name]; !ok {
+		if force {
+			return nil
+		}
+		return noSuchVolume(name)
+	}
+	if users := s.users(name); len(users) > 0 {
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("remove %s: volume is in use - [%s]", name, strings.Join(users, ", ")))
+	}
+	return s.remove(name)
+}
+
+// remove deletes a volume with s.mu held: the record first, so a crash
+// leaves a directory New cleans up, never a record without its data.
+func (s *Store) remove(name string) error {
+	dir := filepath.Join(s.root, name)
+	if err := os.Remove(filepath.Join(dir, recordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove volume %s: %w", name, err)
+	}
+	delete(s.vols, name)
+	delete(s.refs, name)
+	if err := os.RemoveAll(dir); err != nil {
+		s.log.Warn("remove volume data", "name", name, "err", err)
+	}
+	s.log.Info("volume removed", "name", name)
+	return nil
+}
+
+var pruneFilters = map[string]bool{"label": true, "label!": true, "all": true}
+
+// Prune removes unused volumes: anonymous ones only, unless the filter
+// all=true (API 1.42 and later) asks for named ones too.
+func (s *Store) Prune(ctx context.Context, filters map[string][]string) (volume.PruneReport, error) {
+	for k := range filters {
+		if !pruneFilters[k] {
+			return volume.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter '%s'", k))
+		}
+	}
+	all := false
+	for _, v := range filters["all"] {
+		b, err := parseBool(v)
+		if err != nil {
+			return volume.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter 'all=%s'", v))
+		}
+		all = all || b
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	report := volume.PruneReport{VolumesDeleted: []string{}}
+	for _, name := range s.sortedNames() {
+		rec := s.vols[name]
+		if len(s.refs[name]) > 0 {
+			continue
+		}
+		if _, anon := rec.Labels[AnonymousLabel]; !anon && !all {
+			continue
+		}
+		if !labelsMatch(filters["label"], rec.Labels, true) || !labelsMatch(filters["label!"], rec.Labels, false) {
+			continue
+		}
+		size := diskUsage(s.Mountpoint(name))
+		if err := s.remove(name); err != nil {
+			return report, err
+		}
+		report.VolumesDeleted = append(report.VolumesDeleted, name)
+		report.SpaceReclaimed += uint64(size)
+	}
+	return report, nil
+}
+
+// diskUsage is the bytes allocated under dir, as du counts them.
+func diskUsage(dir string) int64 {
+	var total int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil && !d.IsDir() {
+			total += info.Size()
+		}
+		return nil
+	})
+	return total
+}
+
+// Use makes sure the named volume exists (creating it as req describes
+// when it does not) and records that container uses it, in one step, so
+// no removal or prune can come in between. An empty req.Name makes an
+// anonymous volume.
+func (s *Store) Use(ctx context.Context, req volume.CreateRequest, container string) (volume.Volume, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.Name == "" {
+		req.Labels = maps.Clone(req.Labels)
+		if req.Labels == nil {
+			req.Labels = map[string]string{}
+		}
+		req.Labels[AnonymousLabel] = ""
+	}
+	rec, err := s.create(req)
+	if err != nil {
+		return volume.Volume{}, err
+	}
+	s.ref(rec.Name, container)
+	return s.toAPI(rec), nil
+}
+
+// Acquire records that container uses the existing volume name (on daemon
+// start, from the container records).
+func (s *Store) Acquire(name, container string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.vols[name]; !ok {
+		return noSuchVolume(name)
+	}
+	s.ref(name, container)
+	return nil
+}
+
+func (s *Store) ref(name, container string) {
+	if s.refs[name] == nil {
+		s.refs[name] = map[string]struct{}{}
+	}
+	s.refs[name][container] = struct{}{}
+}
+
+// Release records that container no longer uses the volume.
+func (s *Store) Release(name, container string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.refs[name], container)
+	if len(s.refs[name]) == 0 {
+		delete(s.refs, name)
+	}
+}
+
+// Users lists the IDs of the containers that use the volume.
+func (s *Store) Users(name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.users(name)
+}
+
+func (s *Store) users(name string) []string {
+	users := slices.Collect(maps.Keys(s.refs[name]))
+	sort.Strings(users)
+	return users
+}
