@@ -14,6 +14,7 @@ type VmConfig struct {
 	Payload PayloadConfig  `json:"payload"`
 	Disks   []DiskConfig   `json:"disks,omitempty"`
 	Net     []NetConfig    `json:"net,omitempty"`
+	Fs      []FsConfig     `json:"fs,omitempty"`
 	Rng     *RngConfig     `json:"rng,omitempty"`
 	Serial  *SerialConfig  `json:"serial,omitempty"`
 	Console *ConsoleConfig `json:"console,omitempty"`
@@ -30,6 +31,9 @@ type CpusConfig struct {
 type MemoryConfig struct {
 	Size        int64 `json:"size"`
 	HotplugSize int64 `json:"hotplug_size,omitempty"`
+	// Shared maps guest RAM MAP_SHARED: vhost-user devices (virtio-fs)
+	// need to map it in their own process.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // PayloadConfig is what the guest boots: a bzImage, its initramfs and its
@@ -53,6 +57,16 @@ type NetConfig struct {
 	Tap string `json:"tap,omitempty"`
 	MAC string `json:"mac,omitempty"`
 	ID  string `json:"id,omitempty"`
+}
+
+// FsConfig is one virtio-fs device served by a vhost-user backend
+// (virtiofsd) listening on Socket.
+type FsConfig struct {
+	Tag       string `json:"tag"`
+	Socket    string `json:"socket"`
+	NumQueues int    `json:"num_queues"`
+	QueueSize int    `json:"queue_size"`
+	ID        string `json:"id,omitempty"`
 }
 
 // RngConfig is the virtio-rng device, so early getrandom() does not block.

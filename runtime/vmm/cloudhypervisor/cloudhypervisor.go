@@ -334,6 +334,16 @@ func (d *Driver) vmConfig(cfg vmm.Config) (*VmConfig, error) {
 	for i, n := range cfg.Nets {
 		vc.Net = append(vc.Net, NetConfig{Tap: n.Tap, MAC: n.MAC, ID: fmt.Sprintf("net%d", i)})
 	}
+	for i, sh := range cfg.Shares {
+		sock, err := abs(sh.Socket)
+		if err != nil {
+			return nil, err
+		}
+		vc.Fs = append(vc.Fs, FsConfig{Tag: sh.Tag, Socket: sock, NumQueues: 1, QueueSize: 1024, ID: fmt.Sprintf("fs%d", i)})
+	}
+	if len(cfg.Shares) > 0 {
+		vc.Memory.Shared = true
+	}
 	return vc, nil
 }
 
@@ -364,6 +374,11 @@ func validate(cfg vmm.Config) error {
 	for _, n := range cfg.Nets {
 		if n.Tap == "" {
 			return bad("network interface without a TAP")
+		}
+	}
+	for _, sh := range cfg.Shares {
+		if sh.Tag == "" || sh.Socket == "" {
+			return bad("virtio-fs share without a tag or socket")
 		}
 	}
 	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {

@@ -36,6 +36,10 @@ func TestRequestBodiesMatchSpec(t *testing.T) {
 			Disks: []vmm.Disk{{Path: "/images/base.ext4", ReadOnly: true, Serial: "base"}, {Path: "/sb/upper.ext4", Serial: "upper"}},
 			Nets:  []vmm.Net{{Tap: "husk0", MAC: "52:54:00:12:34:56"}, {Tap: "husk1", MAC: "52:54:00:12:34:57"}},
 		}},
+		{"virtio-fs shares", Options{}, vmm.Config{
+			ID: "d", Dir: dir, Kernel: "/boot/vmlinuz", Initramfs: "/i.cpio",
+			Shares: []vmm.Share{{Tag: "husk-0", Socket: "/vm/fs0.sock"}, {Tag: "husk-1", Socket: "fs1.sock"}},
+		}},
 		{"resizable", Options{MaxCPUs: 4, MemoryHotplugMiB: 1024}, vmm.Config{
 			ID: "c", Dir: dir, Kernel: "k", Initramfs: "i", CPUs: 1,
 			Disks: []vmm.Disk{{Path: "relative.ext4", Serial: strings.Repeat("s", maxSerial)}},
@@ -56,6 +60,9 @@ func TestRequestBodiesMatchSpec(t *testing.T) {
 			}
 			if err := s.checkBody("vm.create", vc); err != nil {
 				t.Errorf("vm.create body does not match the API description: %v", err)
+			}
+			if len(vc.Fs) != len(c.cfg.Shares) || (len(vc.Fs) > 0 && !vc.Memory.Shared) {
+				t.Errorf("%d shares gave %d fs devices, shared memory %t: virtio-fs needs both", len(c.cfg.Shares), len(vc.Fs), vc.Memory.Shared)
 			}
 			if len(vc.Disks) > 0 && vc.Disks[0].Readonly != c.cfg.Disks[0].ReadOnly {
 				t.Errorf("disk 0 readonly %t, want %t", vc.Disks[0].Readonly, c.cfg.Disks[0].ReadOnly)
