@@ -95,7 +95,13 @@ func (s *server) putArchive(ctx context.Context, w http.ResponseWriter, r *http.
 		NoOverwriteDirNonDir: boolValue(r, "noOverwriteDirNonDir"),
 		CopyUIDGID:           boolValue(r, "copyUIDGID"),
 	}
-	if err := s.cfg.Archives.ArchivePut(ctx, vars["name"], p, opts, r.Body); err != nil {
+	// Clients may compress the tar (testcontainers-go sends it gzipped);
+	// dockerd takes gzip, bzip2, xz and zstd alike.
+	body, err := decompressStream(r.Body, "read archive")
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Archives.ArchivePut(ctx, vars["name"], p, opts, body); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)

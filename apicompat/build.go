@@ -86,7 +86,7 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("%q: husk builds only linux/amd64 images", p))
 	}
 	opts.Auth = registryConfig(r.Header.Get("X-Registry-Config"))
-	body, err := decompressContext(r.Body)
+	body, err := decompressStream(r.Body, "read build context")
 	if err != nil {
 		return err
 	}
@@ -142,16 +142,17 @@ func registryConfig(h string) map[string]registry.AuthConfig {
 	return out
 }
 
-// decompressContext undoes the compressions dockerd accepts for a build
-// context, recognised by their magic numbers.
-func decompressContext(r io.Reader) (io.Reader, error) {
+// decompressStream undoes the compressions dockerd accepts for a build
+// context or an archive uploaded into a container (its DecompressStream),
+// recognised by their magic numbers; what names the stream in errors.
+func decompressStream(r io.Reader, what string) (io.Reader, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, _ := br.Peek(6)
 	switch {
 	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("read build context: %v", err))
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("%s: %v", what, err))
 		}
 		return zr, nil
 	case bytes.HasPrefix(head, []byte("BZh")):
@@ -159,13 +160,13 @@ func decompressContext(r io.Reader) (io.Reader, error) {
 	case bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}):
 		xr, err := xz.NewReader(br)
 		if err != nil {
-			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("read build context: %v", err))
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("%s: %v", what, err))
 		}
 		return xr, nil
 	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}):
 		zr, err := zstd.NewReader(br)
 		if err != nil {
-			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("read build context: %v", err))
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("%s: %v", what, err))
 		}
 		return zr.IOReadCloser(), nil
 	}

@@ -2,6 +2,7 @@ package testcontainers
 
 import (
 	"context"
+	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	"io"
 	"net/http"
 	"os"
@@ -56,7 +57,7 @@ func TestGenericContainer(t *testing.T) {
 		t.Errorf("GET /index.html through the mapped port: %q", body)
 	}
 
-	code, out, err := c.Exec(ctx, []string{"sh", "-c", "echo exec-ok; id -u"})
+	code, out, err := c.Exec(ctx, []string{"sh", "-c", "echo exec-ok; id -u"}, tcexec.Multiplexed())
 	if err != nil || code != 0 {
 		t.Fatalf("exec: code %d, %v", code, err)
 	}
