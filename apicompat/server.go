@@ -33,6 +33,8 @@ type Config struct {
 	Execs    Execs
 	Archives Archives
 	Admin    ContainerAdmin
+	// Events serves GET /events; nil answers 501.
+	Events Events
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -151,6 +153,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/images/{name}/history", s.getImageHistory)
 	s.handle(http.MethodPost, "/images/{name}/push", s.pushImage)
 	s.handle(http.MethodPost, "/build", s.postBuild)
+	s.handle(http.MethodGet, "/events", s.getEvents)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

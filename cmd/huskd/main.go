@@ -27,6 +27,7 @@ import (
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/accel"
 	"github.com/husk-vm/husk/runtime/containers"
+	huskevents "github.com/husk-vm/husk/runtime/events"
 	"github.com/husk-vm/husk/runtime/network"
 )
 
@@ -108,6 +109,7 @@ func run(parent context.Context, cfg Config) error {
 		return err
 	}
 	var mgr *containers.Manager
+	bus := huskevents.New(huskevents.DefaultHistory)
 	images, err := imagebuild.New(imagebuild.Options{
 		Root: filepath.Join(cfg.Root, "images"), InsecureRegistries: cfg.InsecureRegistries,
 		InUse:  func(id string) []string { return mgr.InUse(id) },
@@ -124,7 +126,7 @@ func run(parent context.Context, cfg Config) error {
 	}
 	mgr, err = containers.New(ctx, containers.Options{
 		Root: filepath.Join(cfg.Root, "containers"), Images: imageSource{images},
-		Disks: disks, Guest: guest, Network: nets, Logger: logger,
+		Disks: disks, Guest: guest, Network: nets, Logger: logger, Events: bus,
 	})
 	if err != nil {
 		return fmt.Errorf("open containers: %w", err)
@@ -152,7 +154,8 @@ func run(parent context.Context, cfg Config) error {
 	}
 
 	handler := apicompat.New(apicompat.Config{
-		Images:      imageAPI{Service: images, disks: disks, log: logger},
+		Images:      imageAPI{Service: images, disks: disks, log: logger, events: bus},
+		Events:      bus,
 		Containers:  mgr,
 		Networks:    networkAPI{Manager: nets, containers: mgr},
 		Checkpoints: mgr,
