@@ -156,6 +156,7 @@ func run(parent context.Context, cfg Config) error {
 	handler := apicompat.New(apicompat.Config{
 		Images:      imageAPI{Service: images, disks: disks, log: logger, events: bus},
 		Events:      bus,
+		Stats:       mgr,
 		Containers:  mgr,
 		Networks:    networkAPI{Manager: nets, containers: mgr},
 		Checkpoints: mgr,
