@@ -135,6 +135,13 @@ func (s *server) restartContainer(ctx context.Context, w http.ResponseWriter, r 
 		return err
 	}
 	name := vars["name"]
+	if rs, ok := s.cfg.Containers.(restarter); ok {
+		if err := rs.Restart(ctx, name, signal, timeout); err != nil {
+			return fmt.Errorf("Cannot restart container %s: %w", name, err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
 	if err := s.cfg.Containers.Stop(ctx, name, signal, timeout); err != nil && !errdefs.IsNotModified(err) {
 		return fmt.Errorf("Cannot restart container %s: %w", name, err)
 	}

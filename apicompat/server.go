@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containerd/errdefs/pkg/errhttp"
 	"github.com/moby/moby/api/types/common"
@@ -35,6 +36,10 @@ type Config struct {
 	Execs    Execs
 	Archives Archives
 	Admin    ContainerAdmin
+	// Events serves GET /events; nil answers 501.
+	Events Events
+	// Stats serves GET /containers/{name}/stats; nil answers 501.
+	Stats ContainerStats
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -67,6 +72,8 @@ type server struct {
 	cfg    Config
 	log    *slog.Logger
 	routes []route
+	// statsInterval is the period of streamed stats.
+	statsInterval time.Duration
 }
 
 // placeholder is a quoted "{name}" in a route path.
@@ -86,7 +93,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Version == "" {
 		cfg.Version = defaultVersion
 	}
-	s := &server{cfg: cfg, log: cfg.Logger}
+	s := &server{cfg: cfg, log: cfg.Logger, statsInterval: defaultStatsInterval}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -154,6 +161,8 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/images/{name}/push", s.pushImage)
 	s.handle(http.MethodPost, "/build", s.postBuild)
 	s.initVolumeRoutes()
+	s.handle(http.MethodGet, "/events", s.getEvents)
+	s.handle(http.MethodGet, "/containers/{name}/stats", s.getStats)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

@@ -20,6 +20,7 @@ import (
 	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/containers"
+	huskevents "github.com/husk-vm/husk/runtime/events"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
@@ -49,8 +50,9 @@ func (a imageSource) Layers(ctx context.Context, imageID string) ([]rootfs.Layer
 // imageAPI is the image store as the API sees it.
 type imageAPI struct {
 	*imagebuild.Service
-	disks *rootfs.Store
-	log   *slog.Logger
+	disks  *rootfs.Store
+	log    *slog.Logger
+	events *huskevents.Bus
 }
 
 func (a imageAPI) List(ctx context.Context, opts apicompat.ImageListOptions) ([]image.Summary, error) {
@@ -60,7 +62,9 @@ func (a imageAPI) List(ctx context.Context, opts apicompat.ImageListOptions) ([]
 // Remove also drops the base disk of every image the store deleted: the
 // store knows nothing of disks, and a base nobody can use is only a leak.
 func (a imageAPI) Remove(ctx context.Context, ref string, force, prune bool) ([]image.DeleteResponse, error) {
+	id, labels := a.imageLabels(ctx, ref)
 	resp, err := a.Service.Remove(ctx, ref, force, prune)
+	a.publishRemoval(id, labels, resp)
 	for _, r := range resp {
 		if r.Deleted == "" {
 			continue

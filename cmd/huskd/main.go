@@ -27,6 +27,7 @@ import (
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/accel"
 	"github.com/husk-vm/husk/runtime/containers"
+	huskevents "github.com/husk-vm/husk/runtime/events"
 	"github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/virtiofs"
 	"github.com/husk-vm/husk/runtime/volumes"
@@ -113,6 +114,7 @@ func run(parent context.Context, cfg Config) error {
 		return err
 	}
 	var mgr *containers.Manager
+	bus := huskevents.New(huskevents.DefaultHistory)
 	images, err := imagebuild.New(imagebuild.Options{
 		Root: filepath.Join(cfg.Root, "images"), InsecureRegistries: cfg.InsecureRegistries,
 		InUse:  func(id string) []string { return mgr.InUse(id) },
@@ -133,7 +135,7 @@ func run(parent context.Context, cfg Config) error {
 	}
 	mgr, err = containers.New(ctx, containers.Options{
 		Root: filepath.Join(cfg.Root, "containers"), Images: imageSource{images},
-		Disks: disks, Guest: guest, Network: nets, Volumes: vols, Logger: logger,
+		Disks: disks, Guest: guest, Network: nets, Volumes: vols, Logger: logger, Events: bus,
 	})
 	if err != nil {
 		return fmt.Errorf("open containers: %w", err)
@@ -161,7 +163,9 @@ func run(parent context.Context, cfg Config) error {
 	}
 
 	handler := apicompat.New(apicompat.Config{
-		Images:      imageAPI{Service: images, disks: disks, log: logger},
+		Images:      imageAPI{Service: images, disks: disks, log: logger, events: bus},
+		Events:      bus,
+		Stats:       mgr,
 		Containers:  mgr,
 		Networks:    networkAPI{Manager: nets, containers: mgr},
 		Checkpoints: mgr,

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"sync"
+
+	"github.com/moby/moby/api/types/events"
 
 	"github.com/husk-vm/husk/runtime/logs"
 )
@@ -122,6 +125,7 @@ func (m *Manager) Attach(ctx context.Context, ref string, opts AttachOptions) er
 	if !opts.Stream {
 		return nil
 	}
+	c.emit(events.ActionAttach, nil)
 	c.mu.Lock()
 	stdinOnce := c.rec.Config.StdinOnce
 	tty := c.rec.Config.Tty
@@ -236,5 +240,6 @@ func (m *Manager) Resize(ctx context.Context, ref string, height, width uint) er
 	if r == nil || !tty {
 		return nil
 	}
+	c.emit(events.ActionResize, map[string]string{"height": strconv.FormatUint(uint64(height), 10), "width": strconv.FormatUint(uint64(width), 10)})
 	return r.proc.Resize(ctx, uint16(height), uint16(width))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/checkpoint"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
 
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/checkpoints"
@@ -103,6 +104,7 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 		}
 		return fmt.Errorf("Cannot checkpoint container %s: %w", ref, err)
 	}
+	c.emitLocked(events.ActionCheckpoint, map[string]string{"checkpoint": man.Name})
 	m.log.Info("checkpoint created", "id", c.rec.ID[:12], "checkpoint", man.Name, "dir", dir, "took", time.Since(start), "exit", req.Exit)
 	if !req.Exit {
 		err := r.machine.Resume(ctx)

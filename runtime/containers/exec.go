@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
 
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -118,6 +120,7 @@ func (m *Manager) ExecCreate(ctx context.Context, ref string, opts ExecOptions) 
 		return "", err
 	}
 	m.execs.add(&execInstance{id: id, c: c, opts: opts, launched: make(chan struct{}), done: make(chan struct{})})
+	c.emit(execAction(events.ActionExecCreate, opts.Cmd), map[string]string{"execID": id})
 	return id, nil
 }
 
@@ -185,6 +188,7 @@ func (m *Manager) ExecStart(ctx context.Context, id string, opts ExecStartOption
 	e.proc, e.pid = proc, proc.Pid()
 	e.mu.Unlock()
 	close(e.launched)
+	c.emit(execAction(events.ActionExecStart, e.opts.Cmd), map[string]string{"execID": e.id})
 
 	stdout, stderr := newSwitchWriter(opts.Stdout), newSwitchWriter(opts.Stderr)
 	if opts.Detach {
@@ -291,6 +295,7 @@ func (m *Manager) monitorExec(e *execInstance, r *run, stdout, stderr *switchWri
 	}
 	e.finish(code)
 	close(e.done)
+	e.c.emit(events.ActionExecDie, map[string]string{"execID": e.id, "exitCode": strconv.Itoa(code)})
 	forgetCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err == nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
 
 	"github.com/husk-vm/husk/runtime/logs"
 	husknet "github.com/husk-vm/husk/runtime/network"
@@ -138,6 +139,7 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	}
 	c.hub.started(r.stdin)
 	go c.monitor(r)
+	c.emitLocked(events.ActionStart, nil)
 	m.log.Info("container started", "id", c.rec.ID[:12], "vmm_pid", r.machine.PID())
 	return nil
 }
@@ -341,6 +343,7 @@ func (c *ctr) monitor(r *run) {
 	}
 	c.run = nil
 	c.notifyExit(code, errMsg)
+	c.emitLocked(events.ActionDie, map[string]string{"exitCode": strconv.Itoa(code)})
 	close(r.exited)
 	autoRemove := c.rec.HostConfig.AutoRemove
 	if c.wantsRestart(code) {
@@ -444,7 +447,7 @@ func startError(err error) error {
 }
 
 // Stop signals the main process and kills it after the timeout.
-func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) error {
+func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) (err error) {
 	c, err := m.lookup(ref)
 	if err != nil {
 		return err
@@ -482,6 +485,12 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) er
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err == nil {
+			c.emit(events.ActionStop, nil)
+		}
+	}()
+	c.emit(events.ActionKill, signalAttrs(sig))
 	if err := r.proc.Signal(ctx, sig); err != nil {
 		m.log.Warn("stop signal failed; killing", "id", c.rec.ID[:12], "err", err)
 	} else if secs != 0 {
@@ -505,6 +514,7 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) er
 // kill sends sig; for SIGKILL it waits for the exit, and takes the VM down
 // if the agent cannot deliver it.
 func (c *ctr) kill(ctx context.Context, r *run, sig syscall.Signal, wait bool) error {
+	c.emit(events.ActionKill, signalAttrs(sig))
 	if err := r.proc.Signal(ctx, sig); err != nil {
 		if sig != syscall.SIGKILL {
 			return fmt.Errorf("signal %s: %w", c.rec.ID[:12], err)
@@ -666,6 +676,7 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 		w.ch <- waitResponse(c.rec.State.ExitCode, "")
 	}
 	c.waiters = nil
+	c.emitLocked(events.ActionDestroy, nil)
 	m.log.Info("container removed", "id", c.rec.ID[:12])
 	return nil
 }

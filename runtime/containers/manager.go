@@ -24,6 +24,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/renameio/v2"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/network"
 
 	"github.com/husk-vm/husk/rootfs"
@@ -80,6 +81,8 @@ type Options struct {
 	// mounts and tmpfs still work).
 	Volumes Volumes
 	Logger  *slog.Logger
+	// Events receives container events; nil drops them.
+	Events EventSink
 }
 
 // Manager owns every container.
@@ -91,6 +94,7 @@ type Manager struct {
 	net     Network
 	volumes Volumes
 	log     *slog.Logger
+	events  EventSink
 
 	mu     sync.Mutex
 	byID   map[string]*ctr
@@ -141,7 +145,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, volumes: opts.Volumes, log: log,
+	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, volumes: opts.Volumes, log: log, events: opts.Events,
 		byID: map[string]*ctr{}, byName: map[string]*ctr{}}
 	entries, err := os.ReadDir(opts.Root)
 	if err != nil {
@@ -329,6 +333,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	m.byID[id] = c
 	m.byName[name] = c
 	m.mu.Unlock()
+	c.emit(events.ActionCreate, nil)
 	m.log.Info("container created", "id", id[:12], "name", name, "image", img.ID)
 	return container.CreateResponse{ID: id, Warnings: []string{}}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
 )
 
 // validName is dockerd's container name rule.
@@ -54,6 +55,7 @@ func (m *Manager) Rename(ctx context.Context, ref, newName string) error {
 		m.mu.Unlock()
 		return err
 	}
+	c.emitLocked(events.ActionRename, map[string]string{"oldName": "/" + old})
 	return nil
 }
 
@@ -79,6 +81,7 @@ func (m *Manager) Pause(ctx context.Context, ref string) error {
 	if err := c.save(); err != nil {
 		c.m.log.Error("persist pause", "id", c.rec.ID[:12], "err", err)
 	}
+	c.emitLocked(events.ActionPause, nil)
 	return nil
 }
 
@@ -93,7 +96,11 @@ func (m *Manager) Unpause(ctx context.Context, ref string) error {
 	if c.run == nil || !c.rec.State.Paused {
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not paused", c.rec.ID))
 	}
-	return c.resumeLocked(ctx)
+	if err := c.resumeLocked(ctx); err != nil {
+		return err
+	}
+	c.emitLocked(events.ActionUnPause, nil)
+	return nil
 }
 
 // resumeLocked resumes a paused VM. Callers hold c.mu.
@@ -148,6 +155,7 @@ func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopRes
 	if err != nil {
 		return container.TopResponse{}, fmt.Errorf("list processes of %s: %w", c.rec.ID[:12], err)
 	}
+	c.emit(events.ActionTop, nil)
 	now := time.Now()
 	resp := container.TopResponse{Titles: topTitles(), Processes: [][]string{}}
 	for _, p := range procs {

@@ -376,6 +376,12 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			return err
 		}
 		return s.respond(proto.Response{Pid: p.pid, Processes: procs})
+	case proto.OpStats:
+		st, err := a.stats(p)
+		if err != nil {
+			return err
+		}
+		return s.respond(proto.Response{Pid: p.pid, Stats: st})
 	case proto.OpForget:
 		if err := a.forget(p); err != nil {
 			return err

@@ -85,6 +85,8 @@ type Response struct {
 	Stat    *PathStat   `json:"stat,omitempty"`
 	// Processes answers OpTop.
 	Processes []ProcessInfo `json:"processes,omitempty"`
+	// Stats answers OpStats.
+	Stats *GuestStats `json:"stats,omitempty"`
 }
 
 // ErrorKind lets the host map guest failures to the error Docker users see.

@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// eventFormat prints what the tests compare of each event.
+const eventFormat = `{{.Type}} {{.Action}} {{.Actor.Attributes.name}} exitCode={{.Actor.Attributes.exitCode}} signal={{.Actor.Attributes.signal}}`
+
+// pastEvents is `docker events` between since and now, filtered.
+func pastEvents(t *testing.T, since string, filters ...string) []string {
+	t.Helper()
+	args := []string{"events", "--since", since, "--until", fmt.Sprint(time.Now().Unix() + 1), "--format", eventFormat}
+	for _, f := range filters {
+		args = append(args, "--filter", f)
+	}
+	out := strings.TrimSpace(mustDocker(t, args...))
+	if out == "" {
+		return nil
+	}
+	return strings.Split(strings.ReplaceAll(out, "<no value>", ""), "\n")
+}
+
+func TestEvents(t *testing.T) {
+	s := requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	renamed := containerName(t, "-renamed")
+	since := fmt.Sprint(time.Now().Unix() - 1)
+
+	// A live stream, filtered to the container's start events, sees one
+	// that happens after it began.
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	live := exec.CommandContext(ctx, s.DockerCLI, "events", "--filter", "event=start", "--filter", "type=container",
+		"--filter", "label=e2e.events", "--format", "{{json .}}")
+	live.Env = dockerEnv()
+	pipe, err := live.StdoutPipe()
+	must(t, err)
+	must(t, live.Start())
+	defer func() { cancel(); _ = live.Wait() }()
+
+	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, "--label", "e2e.events=yes", img, "sleep", "1000"))
+	line, err := bufio.NewReader(pipe).ReadString('\n')
+	must(t, err)
+	var ev map[string]any
+	must(t, json.Unmarshal([]byte(line), &ev))
+	actor, _ := ev["Actor"].(map[string]any)
+	attrs, _ := actor["Attributes"].(map[string]any)
+	for k, want := range map[string]any{"Type": "container", "Action": "start", "status": "start", "id": id, "from": img, "scope": "local"} {
+		if ev[k] != want {
+			t.Errorf("live event %s = %v, want %v (%s)", k, ev[k], want, line)
+		}
+	}
+	if actor["ID"] != id || attrs["name"] != name || attrs["image"] != img || attrs["e2e.events"] != "yes" {
+		t.Errorf("live event actor = %v", actor)
+	}
+	if tn, _ := ev["timeNano"].(float64); tn <= 0 || int64(tn)/1e9 != int64(ev["time"].(float64)) {
+		t.Errorf("live event time %v, timeNano %v", ev["time"], ev["timeNano"])
+	}
+
+	mustDocker(t, "exec", name, "true")
+	mustDocker(t, "pause", name)
+	mustDocker(t, "unpause", name)
+	mustDocker(t, "rename", name, renamed)
+	mustDocker(t, "restart", "-t", "1", renamed)
+	mustDocker(t, "kill", renamed)
+	mustDocker(t, "rm", renamed)
+
+	want := []string{
+		"container create " + name + " exitCode= signal=",
+		"container start " + name + " exitCode= signal=",
+		"container exec_create: true  " + name + " exitCode= signal=",
+		"container exec_start: true  " + name + " exitCode= signal=",
+		"container exec_die " + name + " exitCode=0 signal=",
+		"container pause " + name + " exitCode= signal=",
+		"container unpause " + name + " exitCode= signal=",
+		"container rename " + renamed + " exitCode= signal=",
+		// sleep, the container's PID 1, ignores SIGTERM.
+		"container kill " + renamed + " exitCode= signal=15",
+		"container kill " + renamed + " exitCode= signal=9",
+		"container die " + renamed + " exitCode=137 signal=",
+		"container stop " + renamed + " exitCode= signal=",
+		"container start " + renamed + " exitCode= signal=",
+		"container restart " + renamed + " exitCode= signal=",
+		"container kill " + renamed + " exitCode= signal=9",
+		"container die " + renamed + " exitCode=137 signal=",
+		"container destroy " + renamed + " exitCode= signal=",
+	}
+	got := pastEvents(t, since, "container="+id)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events of the container:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Filters: by event, and by the image a container ran.
+	if got := pastEvents(t, since, "container="+id, "event=die"); len(got) != 2 || got[1] != want[15] {
+		t.Errorf("event=die: %q", got)
+	}
+	if got := pastEvents(t, since, "image="+img, "event=create", "label=e2e.events=yes"); len(got) != 1 || got[0] != want[0] {
+		t.Errorf("image=%s event=create: %q", img, got)
+	}
+	if got := pastEvents(t, since, "container="+id, "event=exec_start"); len(got) != 1 || got[0] != want[3] {
+		t.Errorf("event=exec_start: %q", got)
+	}
+
+	// Image events: tag and untag, the image's ID as actor.
+	tagged := "e2e-events-tag:v1"
+	imgID := strings.TrimSpace(mustDocker(t, "image", "inspect", "-f", "{{.Id}}", img))
+	mustDocker(t, "tag", img, tagged)
+	mustDocker(t, "rmi", tagged)
+	got = pastEvents(t, since, "type=image", "image="+imgID)
+	wantImg := []string{
+		"image tag " + tagged + " exitCode= signal=",
+		"image untag " + imgID + " exitCode= signal=",
+	}
+	if strings.Join(got, "\n") != strings.Join(wantImg, "\n") {
+		t.Errorf("image events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantImg, "\n"))
+	}
+
+	// dockerd 20.10 ignores filters it does not know; an until in the
+	// past ends the stream at once.
+	if r := docker(t, "events", "--filter", "colour=red", "--until", "1"); r != (result{}) {
+		t.Errorf("unknown filter, until in the past: %+v", r)
+	}
+}

@@ -1,0 +1,76 @@
+package containers
+
+import (
+	"context"
+	"maps"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/events"
+)
+
+// EventSink receives what happens to containers, for GET /events. Publish
+// must not block: it is called with container locks held.
+type EventSink interface {
+	Publish(typ events.Type, action events.Action, id string, attrs map[string]string)
+}
+
+// emitLocked publishes a container event with dockerd's attributes: the
+// container's labels, its image as the user named it, its name, and extra.
+// Callers hold c.mu.
+func (c *ctr) emitLocked(action events.Action, extra map[string]string) {
+	if c.m.events == nil {
+		return
+	}
+	attrs := map[string]string{}
+	if c.rec.Config != nil {
+		maps.Copy(attrs, c.rec.Config.Labels)
+	}
+	attrs["image"] = c.rec.Image
+	attrs["name"] = c.rec.Name
+	maps.Copy(attrs, extra)
+	c.m.events.Publish(events.ContainerEventType, action, c.rec.ID, attrs)
+}
+
+// emit is emitLocked for callers that do not hold c.mu.
+func (c *ctr) emit(action events.Action, extra map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.emitLocked(action, extra)
+}
+
+// emitRef publishes an event about the container ref names, if it exists.
+func (m *Manager) emitRef(ref string, action events.Action, extra map[string]string) {
+	if c, err := m.lookup(ref); err == nil {
+		c.emit(action, extra)
+	}
+}
+
+// signalAttrs is a kill event's attributes.
+func signalAttrs(sig syscall.Signal) map[string]string {
+	return map[string]string{"signal": strconv.Itoa(int(sig))}
+}
+
+// Restart stops the container (if it runs) and starts it again, as
+// POST /containers/{id}/restart does, with dockerd's "restart" event.
+func (m *Manager) Restart(ctx context.Context, ref, signal string, timeout *int) error {
+	if err := m.Stop(ctx, ref, signal, timeout); err != nil && !errdefs.IsNotModified(err) {
+		return err
+	}
+	if err := m.Start(ctx, ref); err != nil {
+		return err
+	}
+	m.emitRef(ref, events.ActionRestart, nil)
+	return nil
+}
+
+// execAction is dockerd's exec event action: the prefix, then the command.
+func execAction(prefix events.Action, cmd []string) events.Action {
+	var args []string
+	if len(cmd) > 1 {
+		args = cmd[1:]
+	}
+	return events.Action(string(prefix) + ": " + cmd[0] + " " + strings.Join(args, " "))
+}
