@@ -9,7 +9,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # What huskd needs to run containers.
 RUN_PKGS  := qemu-system-x86 linux-image-cloud-amd64 e2fsprogs iproute2
 # What the tests need beyond that: a real registry, busybox for test images,
-# docker-py (a real SDK in the e2e suite).
+# docker-py and dockerode (real SDKs in the e2e suite).
 TEST_PKGS := $(RUN_PKGS) docker-registry busybox-static python3-docker
 HUSKD_FLAGS ?=
 
@@ -38,6 +38,12 @@ deps-run:
 
 deps-test:
 	$(call apt_install,$(TEST_PKGS))
+	@# Node.js from Debian only when there is none: a Node.js from elsewhere
+	@# (e.g. nodesource, which bundles npm) conflicts with Debian's npm.
+	@command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm)
+	@# dockerode from npm, pinned by the committed lock file; no install scripts.
+	@test -f e2e/testdata/node/node_modules/dockerode/package.json || \
+		(cd e2e/testdata/node && npm ci --ignore-scripts --no-audit --no-fund)
 
 # run starts huskd in the foreground on unix:///run/husk/docker.sock.
 run: deps-run build

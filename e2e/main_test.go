@@ -183,6 +183,7 @@ type world struct {
 	ns       *harness.Netns
 	registry *harness.Registry
 	daemon   *harness.Daemon
+	ref      *reference // started on request by TestDifferential
 	state    suiteState
 }
 
@@ -325,6 +326,7 @@ func (w *world) serveControl(ctx context.Context, req *os.File, ans *os.File) {
 	sc := bufio.NewScanner(req)
 	for sc.Scan() {
 		var err error
+		answer := "ok"
 		switch sc.Text() {
 		case "restart":
 			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
@@ -334,10 +336,13 @@ func (w *world) serveControl(ctx context.Context, req *os.File, ans *os.File) {
 			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
 			err = w.daemon.Crash(rctx)
 			cancel()
+		case "reference":
+			var host string
+			host, err = w.startReference(ctx)
+			answer = "ok " + host
 		default:
 			err = fmt.Errorf("unknown control request %q", sc.Text())
 		}
-		answer := "ok"
 		if err != nil {
 			answer = "error " + strings.ReplaceAll(err.Error(), "\n", " ")
 		}
@@ -358,7 +363,7 @@ func (w *world) printDaemonLogTail() {
 func (w *world) tearDown() error {
 	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
 	defer cancel()
-	var errs []error
+	errs := w.ref.stop(ctx)
 	if w.daemon != nil {
 		if err := w.daemon.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("stop daemon: %w", err))
@@ -425,17 +430,24 @@ type controlClient struct {
 }
 
 func (c *controlClient) do(req string) error {
+	_, err := c.query(req)
+	return err
+}
+
+// query sends req and returns what follows "ok " in the answer.
+func (c *controlClient) query(req string) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, err := fmt.Fprintln(c.w, req); err != nil {
-		return fmt.Errorf("send %q to the supervisor: %w", req, err)
+		return "", fmt.Errorf("send %q to the supervisor: %w", req, err)
 	}
 	line, err := c.r.ReadString('\n')
 	if err != nil {
-		return fmt.Errorf("read the supervisor's answer to %q: %w", req, err)
+		return "", fmt.Errorf("read the supervisor's answer to %q: %w", req, err)
 	}
-	if line = strings.TrimSpace(line); line != "ok" {
-		return errors.New(strings.TrimPrefix(line, "error "))
+	line = strings.TrimSpace(line)
+	if line != "ok" && !strings.HasPrefix(line, "ok ") {
+		return "", errors.New(strings.TrimPrefix(line, "error "))
 	}
-	return nil
+	return strings.TrimPrefix(strings.TrimPrefix(line, "ok"), " "), nil
 }

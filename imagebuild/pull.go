@@ -167,7 +167,16 @@ func (s *Service) fetchImage(ctx context.Context, img v1.Image, out *progressOut
 		return "", fmt.Errorf("image config verification failed for digest %s: %w", manifest.Config.Digest, err)
 	}
 
-	layers, err := s.fetchLayers(ctx, img, manifest, cfg, out)
+	// Like dockerd, say nothing per layer when the image is already here:
+	// a re-pull prints only its Digest and Status lines.
+	layerOut := out
+	s.mu.Lock()
+	_, have := s.images[manifest.Config.Digest.String()]
+	s.mu.Unlock()
+	if have {
+		layerOut = nil
+	}
+	layers, err := s.fetchLayers(ctx, img, manifest, cfg, layerOut)
 	if err != nil {
 		return "", err
 	}

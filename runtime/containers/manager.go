@@ -249,6 +249,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if hc.NetworkMode == "" {
 		hc.NetworkMode = "default"
 	}
+	// An unknown policy would otherwise be stored and silently never
+	// applied; dockerd refuses it at create.
+	if err := container.ValidateRestartPolicy(hc.RestartPolicy); err != nil {
+		return resp, errdefs.ErrInvalidArgument.WithMessage(err.Error())
+	}
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
 	}

@@ -131,6 +131,7 @@ func addEntry(tw *tar.Writer, file, name string, links map[[2]uint64]string) err
 		return fmt.Errorf("tar header for %s: %w", file, err)
 	}
 	hdr.Name = name
+	hdr.Mode |= tarTypeBits(fi.Mode())
 	if fi.IsDir() && !strings.HasSuffix(hdr.Name, "/") {
 		hdr.Name += "/"
 	}
@@ -155,6 +156,29 @@ func addEntry(tw *tar.Writer, file, name string, links map[[2]uint64]string) err
 	defer f.Close()
 	_, err = io.Copy(tw, f)
 	return err
+}
+
+// tarTypeBits are the st_mode file-type bits (S_IFREG...) that dockerd's
+// archive package ORs into every header's mode and Go's FileInfoHeader
+// leaves out; clients see them (e.g. mode 0100644 for a regular file).
+func tarTypeBits(m fs.FileMode) int64 {
+	switch {
+	case m.IsRegular():
+		return unix.S_IFREG
+	case m.IsDir():
+		return unix.S_IFDIR
+	case m&fs.ModeSymlink != 0:
+		return unix.S_IFLNK
+	case m&fs.ModeNamedPipe != 0:
+		return unix.S_IFIFO
+	case m&fs.ModeSocket != 0:
+		return unix.S_IFSOCK
+	case m&fs.ModeCharDevice != 0:
+		return unix.S_IFCHR
+	case m&fs.ModeDevice != 0:
+		return unix.S_IFBLK
+	}
+	return 0
 }
 
 // extractOptions are the knobs of Docker's PUT archive.
