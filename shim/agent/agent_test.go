@@ -225,6 +225,12 @@ func TestProcesses(t *testing.T) {
 			stdout: "1000\n1000\n1000 50\n/home/app\n",
 		},
 		{
+			// runc lists the primary group after the memberships.
+			name:   "supplementary groups as runc sets them",
+			spec:   proto.ProcessSpec{Args: []string{"id"}, User: "app"},
+			stdout: "uid=1000(app) gid=1000(app) groups=50(staff),1000(app)\n",
+		},
+		{
 			name:   "uid:gid without supplementary groups",
 			spec:   proto.ProcessSpec{Args: []string{"sh", "-c", "id -u; id -g; id -G"}, User: "1000:50"},
 			stdout: "1000\n50\n50\n",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -40,6 +41,16 @@ func (e *userError) Error() string { return e.msg }
 // need not; the user's supplementary groups are added only when no group was
 // given explicitly. Messages are worded as Docker reports them.
 func resolveUser(spec string, passwd, group io.Reader) (execUser, error) {
+	u, err := resolveUserGroups(spec, passwd, group)
+	if err == nil && !slices.Contains(u.Groups, u.GID) {
+		// runc sets the primary group as a supplementary group too, after
+		// the memberships: `id` lists it under groups=.
+		u.Groups = append(u.Groups, u.GID)
+	}
+	return u, err
+}
+
+func resolveUserGroups(spec string, passwd, group io.Reader) (execUser, error) {
 	u := execUser{Home: "/", Groups: []int{}}
 	userArg, groupArg, _ := strings.Cut(spec, ":")
 	uidArg, uidErr := strconv.Atoi(userArg)
