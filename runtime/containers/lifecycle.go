@@ -156,7 +156,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 		setup.Hosts, setup.ResolvConf, setup.Network = att.Hosts, att.ResolvConf, att.Guest
 	}
 	g := m.guest
-	machine, client, err := g.startVM(ctx, vmSpec{
+	machine, client, err := c.startContainerVM(ctx, vmSpec{
 		id: c.rec.ID[:12], dir: vmDir,
 		memoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), cpus: cpus(c.rec.HostConfig, g.CPUs),
 		disks: []vmm.Disk{
@@ -164,7 +164,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
 		},
 		nets: nets,
-	})
+	}, &setup)
 	if err != nil {
 		return nil, err
 	}

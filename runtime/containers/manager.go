@@ -73,7 +73,9 @@ type Options struct {
 	Guest  Guest
 	// Network connects containers to networks; nil gives them none.
 	Network Network
-	Logger  *slog.Logger
+	// Templates start VMs from snapshots; nil boots every VM.
+	Templates Templates
+	Logger    *slog.Logger
 }
 
 // Manager owns every container.
@@ -84,6 +86,8 @@ type Manager struct {
 	guest  Guest
 	net    Network
 	log    *slog.Logger
+	// templates may be nil.
+	templates Templates
 
 	mu     sync.Mutex
 	byID   map[string]*ctr
@@ -122,7 +126,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, log: log,
+	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, log: log, templates: opts.Templates,
 		byID: map[string]*ctr{}, byName: map[string]*ctr{}}
 	entries, err := os.ReadDir(opts.Root)
 	if err != nil {
