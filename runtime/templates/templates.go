@@ -444,6 +444,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	}
 	disks := cfg.Disks
 	cfg.Disks = nil
+	t0 := time.Now()
 	machine, err := m.opts.Driver.Restore(ctx, cfg, filepath.Join(m.opts.Dir, d, snapshotDir))
 	if err != nil {
 		return nil, fmt.Errorf("restore template: %w", err)
@@ -462,6 +463,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 			return nil, fmt.Errorf("restore template: %w", err)
 		}
 	}
+	t1 := time.Now()
 	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
 	defer cancel()
 	client, err := connect(readyCtx, machine)
@@ -480,6 +482,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	if err := client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy}); err != nil {
 		return nil, fmt.Errorf("refresh a guest restored from a template: %w", err)
 	}
+	m.log.Debug("restored from template", "vm", cfg.ID, "restore_and_hotplug", t1.Sub(t0), "agent_and_refresh", time.Since(t1))
 	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...)}, nil
 }
 
