@@ -65,6 +65,9 @@ const (
 	// buildPrefix marks directories of builds under way; a daemon that
 	// died mid-build leaves them, and New removes them.
 	buildPrefix = ".build-"
+	// tapsFile in a build directory names the TAPs the build made, written
+	// before each is made so that New can remove them after a crash.
+	tapsFile = "taps"
 )
 
 // Key is what a template fits: a VM restored from it has exactly these.
@@ -173,7 +176,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		cancel()
 		return nil, err
 	}
-	if err := m.load(base); err != nil {
+	if err := m.load(ctx, base); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -181,7 +184,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 }
 
 // load reads the cache, removing what does not fit base.
-func (m *Manager) load(base Key) error {
+func (m *Manager) load(ctx context.Context, base Key) error {
 	entries, err := os.ReadDir(m.opts.Dir)
 	if err != nil {
 		return fmt.Errorf("list templates: %w", err)
@@ -196,6 +199,9 @@ func (m *Manager) load(base Key) error {
 		stale := err != nil || strings.HasPrefix(e.Name(), buildPrefix) || md.Key.digest() != e.Name() ||
 			md.Key.VMM != base.VMM || md.Key.Kernel != base.Kernel || md.Key.Initramfs != base.Initramfs ||
 			md.Key.Cmdline != base.Cmdline || md.Key.Accel != base.Accel
+		if strings.HasPrefix(e.Name(), buildPrefix) {
+			m.abandonBuild(ctx, dir)
+		}
 		if stale {
 			m.log.Debug("removing a template that no longer fits", "dir", dir, "err", err)
 			if err := os.RemoveAll(dir); err != nil {
@@ -206,6 +212,20 @@ func (m *Manager) load(base Key) error {
 		m.ready[e.Name()] = md
 	}
 	return nil
+}
+
+// abandonBuild ends what a build that a dead daemon left behind still
+// holds: its VMM (which outlives the daemon) and its TAPs.
+func (m *Manager) abandonBuild(ctx context.Context, dir string) {
+	if machine, err := m.opts.Driver.Reattach(ctx, filepath.Join(dir, "run")); err == nil {
+		discard(machine)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, tapsFile))
+	for _, tap := range strings.Fields(string(b)) {
+		if err := m.opts.Taps.Delete(tap); err != nil {
+			m.log.Warn("remove tap of an unfinished template build", "tap", tap, "err", err)
+		}
+	}
 }
 
 // baseKey is the part of every key that the daemon fixes.
@@ -339,6 +359,9 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	for i := range k.NICs {
 		// Interface names are at most 15 bytes.
 		tap := fmt.Sprintf("hsktpl%s%d", suffix, i)
+		if err := appendLine(filepath.Join(tmp, tapsFile), tap); err != nil {
+			return meta{}, err
+		}
 		if err := m.opts.Taps.Add(tap); err != nil {
 			return meta{}, err
 		}
@@ -535,6 +558,25 @@ func randomHex(n int) (string, error) {
 		return "", fmt.Errorf("random name: %w", err)
 	}
 	return hex.EncodeToString(b), nil
+}
+
+// appendLine appends line to the file at path and syncs it.
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("record %s: %w", path, err)
+	}
+	_, err = fmt.Fprintln(f, line)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("record %s: %w", path, err)
+	}
+	return nil
 }
 
 func syncDir(dir string) error {

@@ -295,3 +295,24 @@ func TestStartOtherKernel(t *testing.T) {
 		t.Errorf("a template was built for a kernel the daemon does not use")
 	}
 }
+
+// TestNewCleansUnfinishedBuild: a build a dead daemon left has its TAPs
+// removed and its directory dropped.
+func TestNewCleansUnfinishedBuild(t *testing.T) {
+	dir := t.TempDir()
+	build := filepath.Join(dir, buildPrefix+"123")
+	if err := os.MkdirAll(filepath.Join(build, "run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(build, tapsFile), []byte("hsktplabc0\nhsktplabc1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	taps := &fakeTaps{live: []string{"hsktplabc0", "hsktplabc1", "other"}}
+	newManager(t, dir, &fakeDriver{t: t, version: "1", refresh: &fakeRefresher{}}, taps)
+	if !slices.Equal(taps.live, []string{"other"}) {
+		t.Errorf("taps left: %v, want only other", taps.live)
+	}
+	if _, err := os.Stat(build); !os.IsNotExist(err) {
+		t.Errorf("unfinished build dir still there: %v", err)
+	}
+}
