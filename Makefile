@@ -62,10 +62,15 @@ e2e:
 # bench/latency.png; it never fails on time. BENCH_RUNS runs per scenario.
 BENCH_PKGS := $(TEST_PKGS) docker.io debootstrap
 BENCH_RUNS ?= 7
+# The minimal kernel `make kernel` built, if any, is compared with Debian's.
+BENCH_KERNEL ?= $(lastword $(sort $(filter-out %.monolithic %.tmp,$(wildcard $(KERNEL_DIR)/bzImage-*))))
 bench: build
 	$(call apt_install,$(BENCH_PKGS))
 	HUSK_E2E=1 HUSK_E2E_BENCH=1 HUSK_BENCH_RUNS=$(BENCH_RUNS) HUSK_BENCH_OUT=$(CURDIR)/bench HUSK_BIN_DIR=$(CURDIR)/$(BIN) \
-		$(GO) test -count=1 -v -timeout 90m -run '^TestBench$$' ./e2e/ | grep -E 'bench:|^(ok|FAIL|---)'
+		HUSK_BENCH_KERNEL=$(BENCH_KERNEL) \
+		$(GO) test -count=1 -v -timeout 90m -run '^TestBench$$' ./e2e/ > $(BIN)/bench.log 2>&1; \
+		status=$$?; grep -E 'bench:|^(ok|FAIL|---)' $(BIN)/bench.log; \
+		[ $$status -eq 0 ] || echo "make bench failed: see $(BIN)/bench.log"; exit $$status
 
 # kernel builds the minimal guest kernel (kernel/guest.config over
 # tinyconfig, no modules) from Debian's linux-source into KERNEL_DIR; pass
