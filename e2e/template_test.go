@@ -137,8 +137,8 @@ func TestTemplateRun(t *testing.T) {
 	}
 	mustDocker(t, "rm", "-f", long)
 
-	// Fallbacks: asked to boot cold; no template for this shape yet
-	// (no NIC), which also starts building one.
+	// Fallbacks: asked to boot cold; no template for this shape yet (a
+	// memory size no other test uses), which also starts building one.
 	cold := containerName(t, "-cold")
 	if r := docker(t, "run", "--name", cold, "--label", "io.husk.boot=cold", img, "sh", "-c", "test -x /bin/busybox && exit 3"); r.Code != 3 {
 		t.Fatalf("cold boot: exit %d, want 3 (stderr %q)", r.Code, r.Stderr)
@@ -147,12 +147,12 @@ func TestTemplateRun(t *testing.T) {
 	if !daemonLogHas(t, "booting cold", "id="+id[:12], "io.husk.boot=cold") {
 		t.Errorf("no debug line saying %s booted cold because of its label", id[:12])
 	}
-	none := containerName(t, "-none")
-	if r := docker(t, "run", "--name", none, "--network", "none", img, "sh", "-c", "test -x /bin/busybox && exit 4"); r.Code != 4 {
-		t.Fatalf("--network none: exit %d, want 4 (stderr %q)", r.Code, r.Stderr)
+	other := containerName(t, "-199m")
+	if r := docker(t, "run", "--name", other, "--memory", "199m", img, "sh", "-c", "test -x /bin/busybox && exit 4"); r.Code != 4 {
+		t.Fatalf("--memory 199m: exit %d, want 4 (stderr %q)", r.Code, r.Stderr)
 	}
-	id = strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", none))
-	if !daemonLogHas(t, "booting cold", "id="+id[:12], "no template yet") {
+	id = strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", other))
+	if !daemonLogHas(t, "booting cold", "id="+id[:12], "no template yet for 199 MiB") {
 		t.Errorf("no debug line saying why %s booted cold", id[:12])
 	}
 }
