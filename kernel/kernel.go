@@ -62,6 +62,11 @@ func find(path, bootDir, modRoot string) (Kernel, error) {
 	}
 	dir := filepath.Join(modRoot, version)
 	if _, err := os.Stat(filepath.Join(dir, "modules.dep")); err != nil {
+		// A kernel built from kernel/guest.config has everything the
+		// guest needs built in, and no modules to go with it.
+		if _, derr := os.Stat(dir); errors.Is(derr, os.ErrNotExist) && monolithic(path) {
+			return Kernel{Path: path, Version: version}, nil
+		}
 		return Kernel{}, fmt.Errorf("modules for kernel %s: %w", version, err)
 	}
 	return Kernel{Path: path, Version: version, ModulesDir: dir}, nil
@@ -166,4 +171,13 @@ func bzImageVersion(r io.ReaderAt) (string, error) {
 		return "", fmt.Errorf("empty kernel version string: %w", errNotBzImage)
 	}
 	return fields[0], nil
+}
+
+// monolithic reports whether the kernel image at path was built without
+// modules, which `make kernel` marks with a file beside it:
+// <path>.monolithic. A bzImage does not say whether it loads modules, and
+// a distribution kernel found without its modules must still be refused.
+func monolithic(path string) bool {
+	_, err := os.Stat(path + ".monolithic")
+	return err == nil
 }

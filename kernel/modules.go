@@ -49,6 +49,9 @@ func guestModules() []wantedModule {
 // after its dependencies, modules built into the kernel are left out, and
 // each module appears once.
 func GuestModules(k Kernel) ([]Module, error) {
+	if k.ModulesDir == "" {
+		return nil, nil // monolithic: everything is built in
+	}
 	db, err := loadModuleDB(k.ModulesDir)
 	if err != nil {
 		return nil, err

@@ -127,7 +127,7 @@ func TestResolve(t *testing.T) {
 			want: []string{
 				"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci",
 				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
-				"virtio_rng",
+				"virtio_rng", "fuse", "virtiofs",
 			},
 		},
 		{

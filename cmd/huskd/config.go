@@ -33,6 +33,8 @@ type Config struct {
 	// BridgeIP is the default bridge's gateway address and prefix length,
 	// dockerd's --bip.
 	BridgeIP string `json:"bip"`
+	// Templates starts containers from snapshots of booted guests.
+	Templates bool `json:"templates"`
 }
 
 func defaults() Config {
@@ -45,6 +47,7 @@ func defaults() Config {
 		CPUs:      1,
 		UpperSize: 16 << 30,
 		BridgeIP:  network.DefaultBridgeIP.String(),
+		Templates: true,
 	}
 }
 
@@ -64,6 +67,7 @@ func flags() []cli.Flag {
 		&cli.Int64Flag{Name: "upper-size", Value: d.UpperSize, Usage: "apparent size in bytes of each container's writable disk"},
 		&cli.BoolFlag{Name: "debug", Aliases: []string{"D"}, Usage: "debug logging"},
 		&cli.StringFlag{Name: "bip", Value: d.BridgeIP, Usage: "default bridge's gateway address and subnet, ADDR/LEN"},
+		&cli.BoolFlag{Name: "templates", Value: d.Templates, Usage: "start containers from snapshots of booted guests (--templates=false boots each one)"},
 	}
 }
 
@@ -100,6 +104,7 @@ func loadConfig(c *cli.Context) (Config, error) {
 	set("upper-size", func() { cfg.UpperSize = c.Int64("upper-size") })
 	set("debug", func() { cfg.Debug = c.Bool("debug") })
 	set("bip", func() { cfg.BridgeIP = c.String("bip") })
+	set("templates", func() { cfg.Templates = c.Bool("templates") })
 	if len(cfg.Hosts) == 0 {
 		return cfg, errors.New("no --host to listen on")
 	}

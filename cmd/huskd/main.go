@@ -133,9 +133,14 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open volumes: %w", err)
 	}
+	tpl := openTemplates(ctx, cfg, guest, logger)
+	if tpl != nil {
+		defer tpl.Close()
+	}
 	mgr, err = containers.New(ctx, containers.Options{
 		Root: filepath.Join(cfg.Root, "containers"), Images: imageSource{images},
 		Disks: disks, Guest: guest, Network: nets, Volumes: vols, Logger: logger, Events: bus,
+		Templates: tpl.starter(),
 	})
 	if err != nil {
 		return fmt.Errorf("open containers: %w", err)
@@ -146,6 +151,9 @@ func run(parent context.Context, cfg Config) error {
 	if err := nets.Start(ctx, mgr.IsRunning); err != nil {
 		return fmt.Errorf("start networks: %w", err)
 	}
+
+	// The common shape: the default size on one network.
+	tpl.prepare(ctx, cfg.MemoryMiB, cfg.CPUs, 1)
 
 	buildVMs, err := containers.NewBuildVMs(ctx, containers.BuildVMOptions{
 		Root: filepath.Join(cfg.Root, "builds", "vms"), Images: imageSource{images},

@@ -232,7 +232,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 		setup.Hosts, setup.ResolvConf, setup.Network = att.Hosts, att.ResolvConf, att.Guest
 	}
 	g := m.guest
-	machine, client, err := g.startVM(ctx, vmSpec{
+	machine, client, err := c.startContainerVM(ctx, vmSpec{
 		id: c.rec.ID[:12], dir: vmDir,
 		memoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), cpus: cpus(c.rec.HostConfig, g.CPUs),
 		disks: []vmm.Disk{
@@ -240,7 +240,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
 		},
 		nets: nets, shares: shareDevs,
-	})
+	}, &setup)
 	if err != nil {
 		return nil, nil, nil, err
 	}

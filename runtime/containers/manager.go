@@ -80,7 +80,9 @@ type Options struct {
 	// Volumes holds named and anonymous volumes; nil refuses them (bind
 	// mounts and tmpfs still work).
 	Volumes Volumes
-	Logger  *slog.Logger
+	// Templates start VMs from snapshots; nil boots every VM.
+	Templates Templates
+	Logger    *slog.Logger
 	// Events receives container events; nil drops them.
 	Events EventSink
 }
@@ -95,6 +97,8 @@ type Manager struct {
 	volumes Volumes
 	log     *slog.Logger
 	events  EventSink
+	// templates may be nil.
+	templates Templates
 
 	mu     sync.Mutex
 	byID   map[string]*ctr
@@ -145,7 +149,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, volumes: opts.Volumes, log: log, events: opts.Events,
+	m := &Manager{root: opts.Root, images: opts.Images, disks: opts.Disks, guest: opts.Guest, net: opts.Network, volumes: opts.Volumes, log: log, events: opts.Events, templates: opts.Templates,
 		byID: map[string]*ctr{}, byName: map[string]*ctr{}}
 	entries, err := os.ReadDir(opts.Root)
 	if err != nil {

@@ -26,9 +26,18 @@ func ConfigureNetwork(ctx context.Context, spec *proto.NetworkSpec) error {
 	}
 	links := make([]netlink.Link, len(spec.Interfaces))
 	for i, ifc := range spec.Interfaces {
-		l, err := waitForLink(ctx, ifc.MAC)
+		find := ifc.MAC
+		if ifc.DeviceMAC != "" {
+			find = ifc.DeviceMAC
+		}
+		l, err := waitForLink(ctx, find)
 		if err != nil {
 			return err
+		}
+		if find != ifc.MAC {
+			if l, err = setMAC(l, ifc.MAC); err != nil {
+				return err
+			}
 		}
 		links[i] = l
 	}
@@ -81,6 +90,23 @@ func ConfigureNetwork(ctx context.Context, spec *proto.NetworkSpec) error {
 		}
 	}
 	return nil
+}
+
+// setMAC gives a link that is still down its address, and returns the
+// link as it now is.
+func setMAC(l netlink.Link, mac string) (netlink.Link, error) {
+	hw, err := net.ParseMAC(mac)
+	if err != nil {
+		return nil, fmt.Errorf("interface MAC %q: %w", mac, err)
+	}
+	if err := netlink.LinkSetHardwareAddr(l, hw); err != nil {
+		return nil, fmt.Errorf("set MAC of %s to %s: %w", l.Attrs().Name, mac, err)
+	}
+	l, err = netlink.LinkByIndex(l.Attrs().Index)
+	if err != nil {
+		return nil, fmt.Errorf("find interface %s again: %w", mac, err)
+	}
+	return l, nil
 }
 
 // waitForLink finds the interface with the given MAC, waiting briefly:

@@ -21,4 +21,9 @@ type InterfaceSpec struct {
 	Gateway string `json:"gateway,omitempty"`
 	// MTU is left at the device's default when zero.
 	MTU int `json:"mtu,omitempty"`
+	// DeviceMAC, when set, is the address the device has now, which the
+	// host could not choose (a VM restored from a template keeps the
+	// template's NICs): the agent finds the device by it and gives it MAC
+	// before bringing it up.
+	DeviceMAC string `json:"deviceMac,omitempty"`
 }

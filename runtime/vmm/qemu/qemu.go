@@ -311,6 +311,9 @@ func validate(cfg vmm.Config) error {
 	case cfg.Accel != "" && cfg.Accel != "tcg" && cfg.Accel != "kvm":
 		return bad("unknown accelerator %q", cfg.Accel)
 	}
+	if len(cfg.Disks) > maxDisks || len(cfg.Nets) > maxNets {
+		return bad("%d disks and %d NICs, at most %d and %d", len(cfg.Disks), len(cfg.Nets), maxDisks, maxNets)
+	}
 	for _, d := range cfg.Disks {
 		if d.Path == "" {
 			return bad("disk without a path")
@@ -401,7 +404,7 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 		id := fmt.Sprintf("disk%d", i)
 		args = append(args,
 			"-drive", fmt.Sprintf("file=/dev/fdset/%d,file.locking=off,if=none,format=raw,id=%s,readonly=%s", set, id, ro),
-			"-device", blk+",drive="+id+",serial="+optEscape(d.Serial),
+			"-device", blk+",id=v"+id+",drive="+id+",serial="+optEscape(d.Serial)+slotOpt(machine, firstDiskSlot+i),
 		)
 	}
 	if len(cfg.Nets) == 0 {
@@ -416,7 +419,7 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 		// script=no: the caller made the TAP; QEMU only opens it.
 		args = append(args,
 			"-netdev", "tap,id="+id+",ifname="+optEscape(n.Tap)+",script=no,downscript=no",
-			"-device", netDev+",netdev="+id+",mac="+optEscape(n.MAC),
+			"-device", netDev+",netdev="+id+",mac="+optEscape(n.MAC)+slotOpt(machine, firstNetSlot+i),
 		)
 	}
 	shareArgs, err := sharesArgs(machine, dir(cfg), mem, cfg.Shares)
@@ -425,7 +428,7 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 	}
 	args = append(args, shareArgs...)
 	args = append(args,
-		"-device", serial+",id=vserial",
+		"-device", serial+",id=vserial"+slotOpt(machine, serialSlot),
 		"-chardev", "socket,id=agent,path="+agentSocket+",server=on,wait=off",
 		"-device", "virtserialport,bus=vserial.0,chardev=agent,name="+proto.PortName,
 	)

@@ -76,8 +76,10 @@ func TestQEMUArgs(t *testing.T) {
 	}
 	devices := argAfter(args, "-device")
 	for _, want := range []string{
-		"virtio-blk-pci,drive=disk0,serial=base",
-		"virtio-blk-pci,drive=disk1,serial=upper",
+		// Fixed slots: hot-plugged disks land in the same ones.
+		"virtio-blk-pci,id=vdisk0,drive=disk0,serial=base,addr=0x10",
+		"virtio-blk-pci,id=vdisk1,drive=disk1,serial=upper,addr=0x11",
+		"virtio-serial-pci,id=vserial,addr=0x3",
 		"virtserialport,bus=vserial.0,chardev=agent,name=husk.agent",
 	} {
 		if !slices.Contains(devices, want) {
@@ -105,7 +107,7 @@ func TestQEMUArgs(t *testing.T) {
 		t.Errorf("-M = %q, want microvm", got)
 	}
 	devices = argAfter(args, "-device")
-	for _, want := range []string{"virtio-blk-device,drive=disk0,serial=base", "virtio-serial-device,id=vserial"} {
+	for _, want := range []string{"virtio-blk-device,id=vdisk0,drive=disk0,serial=base", "virtio-serial-device,id=vserial"} {
 		if !slices.Contains(devices, want) {
 			t.Errorf("microvm: no -device %s in %q", want, devices)
 		}

@@ -57,6 +57,10 @@ type layout struct {
 	CPUs      int          `json:"cpus"`
 	Disks     []layoutDisk `json:"disks"`
 	Nets      int          `json:"nets"`
+	// Slots is the PCI slot plan the devices follow (pciSlotPlan on the
+	// pc machine, 0 on microvm): snapshots made before devices had fixed
+	// slots do not fit a VM that has them.
+	Slots int `json:"slots,omitempty"`
 }
 
 type layoutDisk struct {
@@ -66,6 +70,9 @@ type layoutDisk struct {
 
 func (d *Driver) layoutOf(cfg vmm.Config) layout {
 	l := layout{Machine: d.machine, Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, CPUs: max(cfg.CPUs, 1), Nets: len(cfg.Nets)}
+	if d.machine == MachinePC {
+		l.Slots = pciSlotPlan
+	}
 	if l.Accel == "" {
 		l.Accel = "tcg"
 	}
@@ -80,7 +87,7 @@ func (d *Driver) layoutOf(cfg vmm.Config) layout {
 
 func (l layout) equal(o layout) bool {
 	return l.Machine == o.Machine && l.Accel == o.Accel && l.MemoryMiB == o.MemoryMiB &&
-		l.CPUs == o.CPUs && l.Nets == o.Nets && slices.Equal(l.Disks, o.Disks)
+		l.CPUs == o.CPUs && l.Nets == o.Nets && l.Slots == o.Slots && slices.Equal(l.Disks, o.Disks)
 }
 
 // Snapshot implements vmm.Machine. The VM is paused first if it is not

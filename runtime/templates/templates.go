@@ -1,0 +1,639 @@
+// Package templates starts container VMs from snapshots of guests that
+// were booted once, which is several times faster than booting them.
+//
+// A template is a guest of one shape (VMM build, kernel and initramfs
+// digests, command line, memory, vCPUs, accelerator, NIC count) booted to
+// agent-ready with its NICs and no disks, then snapshotted. Starting a
+// container from it restores the snapshot into a new VMM with the
+// container's TAPs, hot-plugs the container's base and upper disks, opens
+// an agent session and refreshes the guest (wall clock, RNG reseeded with
+// host entropy); the caller then sends the usual OpSetup, which gives the
+// NICs the container's MACs and addresses (InterfaceSpec.DeviceMAC names
+// the template's), sets the hostname, /etc files and mounts the disks.
+//
+// Why hot-plug and not disks provisioned in the template and swapped at
+// restore: a migration stream carries device state, not disk contents, so
+// a restore can open other files in place of the template's, but the
+// guest kernel keeps what it learnt from the template's files — their
+// capacity (read once at probe; virtio-blk only re-reads it on a config
+// change QEMU raises for block_resize, which a read-only base refuses) and
+// the block-device page cache filled by the partition scan at probe. A
+// base of another size would be cut short or read stale. A hot-plugged
+// disk is probed afresh, so the guest sees exactly the container's disk;
+// it costs one ACPI hot-plug round trip (about 0.3-0.5 s under TCG for two
+// disks), which the agent absorbs while it waits for the disks' serials.
+// Devices have fixed PCI slots (runtime/vmm/qemu), so a container started
+// from a template can be checkpointed and restored like any other.
+//
+// Templates are built in the background: at daemon start for the default
+// shape (Prepare), and lazily for any other shape the first time a
+// container asks for it; until one is ready containers boot cold. They are
+// cached under Dir by a digest of their Key, so a new QEMU, kernel or
+// initramfs (a new husk-agent) gives new templates, and stale ones are
+// removed when the Manager opens. A template that fails to build is not
+// retried until the daemon restarts.
+package templates
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/renameio/v2"
+
+	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/shim/host"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// Files of a template directory (Dir/<key digest>/).
+const (
+	metaFile    = "template.json"
+	snapshotDir = "vm"
+	// buildPrefix marks directories of builds under way; a daemon that
+	// died mid-build leaves them, and New removes them.
+	buildPrefix = ".build-"
+	// tapsFile in a build directory names the TAPs the build made, written
+	// before each is made so that New can remove them after a crash.
+	tapsFile = "taps"
+)
+
+// Key is what a template fits: a VM restored from it has exactly these.
+type Key struct {
+	VMM       string `json:"vmm"` // driver name and version
+	Kernel    string `json:"kernel"`
+	Initramfs string `json:"initramfs"`
+	Cmdline   string `json:"cmdline"`
+	Accel     string `json:"accel"`
+	MemoryMiB int    `json:"memoryMiB"`
+	CPUs      int    `json:"cpus"`
+	NICs      int    `json:"nics"`
+}
+
+// digest names the key's directory.
+func (k Key) digest() string {
+	b, _ := json.Marshal(k)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// meta is a template's record on disk.
+type meta struct {
+	Key Key `json:"key"`
+	// MACs are the template's NICs' addresses, which its restores keep
+	// until the agent sets the container's.
+	MACs    []string  `json:"macs"`
+	Created time.Time `json:"created"`
+}
+
+// DiskAttacher is what a VMM's machine must offer for templates: disks
+// hot-plugged after a restore (qemu.Machine has it).
+type DiskAttacher interface {
+	AttachDisks(ctx context.Context, disks []vmm.Disk) error
+}
+
+// Taps makes and removes the throwaway TAP devices a template boot needs
+// (its NICs must be backed while it boots; its restores get the
+// containers' own).
+type Taps interface {
+	Add(name string) error
+	Delete(name string) error
+}
+
+// Options configure a Manager.
+type Options struct {
+	// Dir holds the templates; created if missing.
+	Dir       string
+	Driver    vmm.Driver
+	Kernel    string
+	Initramfs string
+	Cmdline   string
+	Accel     string
+	// ReadyTimeout bounds a template boot to agent-ready, and a restore
+	// to the agent's answer.
+	ReadyTimeout time.Duration
+	// Taps defaults to TAPs made over rtnetlink.
+	Taps   Taps
+	Logger *slog.Logger
+}
+
+// Manager builds, caches and restores templates.
+type Manager struct {
+	opts Options
+	log  *slog.Logger
+	// ctx ends background builds when the Manager closes.
+	ctx    context.Context
+	cancel context.CancelFunc
+	builds sync.WaitGroup
+	// buildSlot lets one build run at a time; a channel rather than a
+	// mutex so a build waiting for its turn still sees the Manager close.
+	buildSlot chan struct{}
+
+	mu      sync.Mutex
+	ready   map[string]meta     // by key digest
+	pending map[string]struct{} // building
+	failed  map[string]error
+	digests fileDigests
+}
+
+// New opens the template cache in opts.Dir, dropping templates that no
+// longer fit this daemon (another VMM build, kernel or initramfs) and
+// builds left unfinished.
+func New(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.Driver == nil || opts.Kernel == "" || opts.Initramfs == "" || opts.Dir == "" {
+		return nil, fmt.Errorf("templates: driver, kernel, initramfs and dir are required: %w", errdefs.ErrInvalidArgument)
+	}
+	if opts.Taps == nil {
+		opts.Taps = netlinkTaps{}
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 2 * time.Minute
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create template dir: %w", err)
+	}
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m := &Manager{opts: opts, log: log, ctx: bctx, cancel: cancel, buildSlot: make(chan struct{}, 1),
+		ready: map[string]meta{}, pending: map[string]struct{}{}, failed: map[string]error{}}
+	base, err := m.baseKey(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := m.load(ctx, base); err != nil {
+		cancel()
+		return nil, err
+	}
+	return m, nil
+}
+
+// load reads the cache, removing what does not fit base.
+func (m *Manager) load(ctx context.Context, base Key) error {
+	entries, err := os.ReadDir(m.opts.Dir)
+	if err != nil {
+		return fmt.Errorf("list templates: %w", err)
+	}
+	for _, e := range entries {
+		dir := filepath.Join(m.opts.Dir, e.Name())
+		var md meta
+		b, err := os.ReadFile(filepath.Join(dir, metaFile))
+		if err == nil {
+			err = json.Unmarshal(b, &md)
+		}
+		stale := err != nil || strings.HasPrefix(e.Name(), buildPrefix) || md.Key.digest() != e.Name() ||
+			md.Key.VMM != base.VMM || md.Key.Kernel != base.Kernel || md.Key.Initramfs != base.Initramfs ||
+			md.Key.Cmdline != base.Cmdline || md.Key.Accel != base.Accel
+		if strings.HasPrefix(e.Name(), buildPrefix) {
+			m.abandonBuild(ctx, dir)
+		}
+		if stale {
+			m.log.Debug("removing a template that no longer fits", "dir", dir, "err", err)
+			if err := os.RemoveAll(dir); err != nil {
+				m.log.Warn("remove stale template", "dir", dir, "err", err)
+			}
+			continue
+		}
+		m.ready[e.Name()] = md
+	}
+	return nil
+}
+
+// abandonBuild ends what a build that a dead daemon left behind still
+// holds: its VMM (which outlives the daemon) and its TAPs.
+func (m *Manager) abandonBuild(ctx context.Context, dir string) {
+	if machine, err := m.opts.Driver.Reattach(ctx, filepath.Join(dir, "run")); err == nil {
+		discard(machine)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, tapsFile))
+	for _, tap := range strings.Fields(string(b)) {
+		if err := m.opts.Taps.Delete(tap); err != nil {
+			m.log.Warn("remove tap of an unfinished template build", "tap", tap, "err", err)
+		}
+	}
+}
+
+// baseKey is the part of every key that the daemon fixes.
+func (m *Manager) baseKey(ctx context.Context) (Key, error) {
+	version, err := m.opts.Driver.Version(ctx)
+	if err != nil {
+		return Key{}, fmt.Errorf("templates: %w", err)
+	}
+	k, i, err := m.digests.get(m.opts.Kernel, m.opts.Initramfs)
+	if err != nil {
+		return Key{}, fmt.Errorf("templates: %w", err)
+	}
+	accel := m.opts.Accel
+	if accel == "" {
+		accel = "tcg"
+	}
+	return Key{VMM: m.opts.Driver.Name() + " " + version, Kernel: k, Initramfs: i, Cmdline: m.opts.Cmdline, Accel: accel}, nil
+}
+
+func (m *Manager) keyFor(ctx context.Context, memoryMiB, cpus, nics int) (Key, error) {
+	k, err := m.baseKey(ctx)
+	if err != nil {
+		return Key{}, err
+	}
+	k.MemoryMiB, k.CPUs, k.NICs = memoryMiB, max(cpus, 1), nics
+	return k, nil
+}
+
+// Close stops builds under way and waits for them.
+func (m *Manager) Close() {
+	m.cancel()
+	m.builds.Wait()
+}
+
+// Prepare builds the template for this shape in the background, unless
+// it exists, is being built, or failed before.
+func (m *Manager) Prepare(ctx context.Context, memoryMiB, cpus, nics int) {
+	k, err := m.keyFor(ctx, memoryMiB, cpus, nics)
+	if err != nil {
+		m.log.Warn("template", "err", err)
+		return
+	}
+	m.buildLater(k)
+}
+
+// buildLater starts a background build of k unless one exists or runs.
+// Builds run one at a time: each boots a VM, and the host's cores are
+// better spent on the containers that are asking for them.
+func (m *Manager) buildLater(k Key) {
+	d := k.digest()
+	m.mu.Lock()
+	_, ready := m.ready[d]
+	_, pending := m.pending[d]
+	_, failed := m.failed[d]
+	if ready || pending || failed || m.ctx.Err() != nil {
+		m.mu.Unlock()
+		return
+	}
+	m.pending[d] = struct{}{}
+	m.builds.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer m.builds.Done()
+		m.buildOne(k)
+	}()
+}
+
+func (m *Manager) buildOne(k Key) {
+	var md meta
+	err := m.ctx.Err()
+	select {
+	case m.buildSlot <- struct{}{}:
+		start := time.Now()
+		md, err = m.build(m.ctx, k)
+		<-m.buildSlot
+		if err == nil {
+			m.log.Info("template ready", "memory_mib", k.MemoryMiB, "cpus", k.CPUs, "nics", k.NICs, "took", time.Since(start).Round(time.Millisecond))
+		}
+	case <-m.ctx.Done():
+		err = m.ctx.Err()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending, k.digest())
+	if err != nil {
+		m.failed[k.digest()] = err
+		if m.ctx.Err() == nil {
+			m.log.Warn("template build failed; containers of this shape boot cold", "memory_mib", k.MemoryMiB, "cpus", k.CPUs, "nics", k.NICs, "err", err)
+		}
+		return
+	}
+	m.ready[k.digest()] = md
+}
+
+// Wait blocks until no build is under way or ctx ends.
+func (m *Manager) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		m.builds.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// build boots a guest of shape k to agent-ready and snapshots it into
+// Dir/<digest>, through a build directory renamed into place at the end.
+func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
+	final := filepath.Join(m.opts.Dir, k.digest())
+	tmp, err := os.MkdirTemp(m.opts.Dir, buildPrefix)
+	if err != nil {
+		return meta{}, fmt.Errorf("create template build dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	runDir, snapDir := filepath.Join(tmp, "run"), filepath.Join(tmp, snapshotDir)
+	for _, d := range []string{runDir, snapDir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return meta{}, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	suffix, err := randomHex(3)
+	if err != nil {
+		return meta{}, err
+	}
+	md := meta{Key: k, Created: time.Now().UTC()}
+	var nets []vmm.Net
+	for i := range k.NICs {
+		// Interface names are at most 15 bytes.
+		tap := fmt.Sprintf("hsktpl%s%d", suffix, i)
+		if err := appendLine(filepath.Join(tmp, tapsFile), tap); err != nil {
+			return meta{}, err
+		}
+		if err := m.opts.Taps.Add(tap); err != nil {
+			return meta{}, err
+		}
+		defer func() {
+			if derr := m.opts.Taps.Delete(tap); derr != nil {
+				m.log.Warn("remove template tap", "tap", tap, "err", derr)
+			}
+		}()
+		mac, err := templateMAC()
+		if err != nil {
+			return meta{}, err
+		}
+		nets = append(nets, vmm.Net{Tap: tap, MAC: mac})
+		md.MACs = append(md.MACs, mac)
+	}
+	machine, err := m.opts.Driver.Start(ctx, vmm.Config{
+		ID: "template-" + k.digest()[:8], Dir: runDir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
+		Cmdline: m.opts.Cmdline, MemoryMiB: k.MemoryMiB, CPUs: k.CPUs, Accel: k.Accel, Nets: nets,
+	})
+	if err != nil {
+		return meta{}, fmt.Errorf("boot template: %w", err)
+	}
+	defer discard(machine)
+	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
+	client, err := connect(readyCtx, machine)
+	cancel()
+	if err != nil {
+		return meta{}, fmt.Errorf("boot template: %w (console log: %s)", err, filepath.Join(runDir, "console.log"))
+	}
+	// The session is closed before the snapshot; every restore opens its
+	// own, and the agent drops the stale one.
+	_ = client.Close()
+	if err := machine.Pause(ctx); err != nil {
+		return meta{}, fmt.Errorf("pause template: %w", err)
+	}
+	if err := machine.Snapshot(ctx, snapDir); err != nil {
+		return meta{}, fmt.Errorf("snapshot template: %w", err)
+	}
+	discard(machine)
+	if err := os.RemoveAll(runDir); err != nil {
+		return meta{}, fmt.Errorf("remove template run dir: %w", err)
+	}
+	b, err := json.MarshalIndent(md, "", "  ")
+	if err != nil {
+		return meta{}, fmt.Errorf("encode template: %w", err)
+	}
+	if err := renameio.WriteFile(filepath.Join(tmp, metaFile), b, 0o600); err != nil {
+		return meta{}, fmt.Errorf("write template record: %w", err)
+	}
+	if err := syncDir(tmp); err != nil {
+		return meta{}, err
+	}
+	if err := os.RemoveAll(final); err != nil {
+		return meta{}, fmt.Errorf("replace template %s: %w", final, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return meta{}, fmt.Errorf("put template in place: %w", err)
+	}
+	if err := syncDir(m.opts.Dir); err != nil {
+		return meta{}, err
+	}
+	return md, nil
+}
+
+// VM is a running VM restored from a template, its disks attached and
+// an agent session open; the guest has not been set up.
+type VM struct {
+	Machine vmm.Machine
+	Client  *host.Client
+	// DeviceMACs are the MACs of the VM's NICs, in cfg.Nets order: the
+	// template's, until OpSetup gives them the container's.
+	DeviceMACs []string
+}
+
+// Start restores a VM shaped as cfg from its template, attaches cfg.Disks,
+// opens an agent session and refreshes the guest's clock and RNG. cfg's
+// MACs are not applied: the caller's OpSetup does that (DeviceMACs).
+// When no template fits yet it fails with errdefs.ErrNotFound, saying
+// why, and builds one in the background; callers boot cold then. On
+// error nothing is left running.
+func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) {
+	k, err := m.keyFor(ctx, cfg.MemoryMiB, cfg.CPUs, len(cfg.Nets))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Cmdline != m.opts.Cmdline || (cfg.Accel != "" && cfg.Accel != k.Accel) || cfg.Kernel != m.opts.Kernel || cfg.Initramfs != m.opts.Initramfs {
+		return nil, errdefs.ErrNotFound.WithMessage("no template: the VM's kernel, initramfs, command line or accelerator differ from the daemon's")
+	}
+	d := k.digest()
+	m.mu.Lock()
+	md, ok := m.ready[d]
+	_, pending := m.pending[d]
+	failed := m.failed[d]
+	m.mu.Unlock()
+	switch {
+	case failed != nil:
+		return nil, errdefs.ErrNotFound.WithMessage("no template: its build failed: " + failed.Error())
+	case pending:
+		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("no template yet for %d MiB, %d CPUs, %d NICs: being built", k.MemoryMiB, k.CPUs, k.NICs))
+	case !ok:
+		m.buildLater(k)
+		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("no template yet for %d MiB, %d CPUs, %d NICs: building one", k.MemoryMiB, k.CPUs, k.NICs))
+	}
+	disks := cfg.Disks
+	cfg.Disks = nil
+	t0 := time.Now()
+	machine, err := m.opts.Driver.Restore(ctx, cfg, filepath.Join(m.opts.Dir, d, snapshotDir))
+	if err != nil {
+		return nil, fmt.Errorf("restore template: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			discard(machine)
+		}
+	}()
+	if len(disks) > 0 {
+		att, ok := machine.(DiskAttacher)
+		if !ok {
+			return nil, fmt.Errorf("restore template: %s cannot hot-plug disks: %w", m.opts.Driver.Name(), errdefs.ErrNotImplemented)
+		}
+		if err := att.AttachDisks(ctx, disks); err != nil {
+			return nil, fmt.Errorf("restore template: %w", err)
+		}
+	}
+	t1 := time.Now()
+	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
+	defer cancel()
+	client, err := connect(readyCtx, machine)
+	if err != nil {
+		return nil, fmt.Errorf("restore template: %w (console log: %s)", err, filepath.Join(cfg.Dir, "console.log"))
+	}
+	defer func() {
+		if err != nil {
+			_ = client.Close()
+		}
+	}()
+	entropy := make([]byte, 64)
+	if _, err := rand.Read(entropy); err != nil {
+		return nil, fmt.Errorf("entropy for the guest: %w", err)
+	}
+	if err := client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy}); err != nil {
+		return nil, fmt.Errorf("refresh a guest restored from a template: %w", err)
+	}
+	m.log.Debug("restored from template", "vm", cfg.ID, "restore_and_hotplug", t1.Sub(t0), "agent_and_refresh", time.Since(t1))
+	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...)}, nil
+}
+
+// connect opens an agent session, retrying while the guest boots.
+func connect(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
+	var lastErr error
+	for {
+		conn, err := machine.DialAgent(ctx)
+		if err == nil {
+			var client *host.Client
+			if client, err = host.New(conn); err != nil {
+				conn.Close()
+			} else if _, err = client.Ping(ctx); err != nil {
+				client.Close()
+			} else {
+				return client, nil
+			}
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("guest agent not ready: %w", lastErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// discard kills a VM and removes what its driver made; it is idempotent.
+func discard(machine vmm.Machine) {
+	_ = machine.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = machine.Wait(ctx)
+	_ = machine.Cleanup()
+}
+
+// templateMAC is a random locally administered unicast address in QEMU's
+// 52:54:00 range.
+func templateMAC() (string, error) {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("template MAC: %w", err)
+	}
+	return net.HardwareAddr{0x52, 0x54, 0x00, b[0], b[1], b[2]}.String(), nil
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random name: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// appendLine appends line to the file at path and syncs it.
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("record %s: %w", path, err)
+	}
+	_, err = fmt.Fprintln(f, line)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("record %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// fileDigests caches the digests of the kernel and initramfs, recomputed
+// when a file's size or modification time changes.
+type fileDigests struct {
+	mu     sync.Mutex
+	key    string
+	values [2]string
+}
+
+func (f *fileDigests) get(kernel, initramfs string) (string, string, error) {
+	key := ""
+	for _, p := range []string{kernel, initramfs} {
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", "", fmt.Errorf("guest boot file: %w", err)
+		}
+		key += fmt.Sprintf("%s:%d:%d;", p, st.Size(), st.ModTime().UnixNano())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if key == f.key {
+		return f.values[0], f.values[1], nil
+	}
+	var out [2]string
+	for i, p := range []string{kernel, initramfs} {
+		d, err := fileSHA256(p)
+		if err != nil {
+			return "", "", err
+		}
+		out[i] = d
+	}
+	f.key, f.values = key, out
+	return out[0], out[1], nil
+}
+
+func fileSHA256(p string) (string, error) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("digest %s: %w", p, err)
+	}
+	defer fh.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		return "", fmt.Errorf("digest %s: %w", p, err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}

@@ -1,0 +1,318 @@
+package templates
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/shim/agent"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// fakeDriver's machines are in-process agents; it records what it was
+// asked to do.
+type fakeDriver struct {
+	t       *testing.T
+	version string
+	hotplug bool
+
+	mu       sync.Mutex
+	starts   []vmm.Config
+	restores []vmm.Config
+	from     []string
+	attached [][]vmm.Disk
+	refresh  *fakeRefresher
+	killed   int
+}
+
+func (d *fakeDriver) Name() string                            { return "fake" }
+func (d *fakeDriver) Version(context.Context) (string, error) { return d.version, nil }
+func (d *fakeDriver) Reattach(context.Context, string) (vmm.Machine, error) {
+	return nil, errdefs.ErrNotFound
+}
+
+func (d *fakeDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.starts = append(d.starts, cfg)
+	return d.machine(), nil
+}
+
+func (d *fakeDriver) Restore(_ context.Context, cfg vmm.Config, dir string) (vmm.Machine, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := os.Stat(filepath.Join(dir, "state")); err != nil {
+		d.t.Errorf("restore from %s: no snapshot there: %v", dir, err)
+	}
+	d.restores = append(d.restores, cfg)
+	d.from = append(d.from, dir)
+	m := d.machine()
+	if d.hotplug {
+		return &hotplugMachine{m}, nil
+	}
+	return m, nil
+}
+
+func (d *fakeDriver) machine() *fakeMachine {
+	return &fakeMachine{d: d, done: make(chan struct{})}
+}
+
+type fakeMachine struct {
+	d    *fakeDriver
+	once sync.Once
+	done chan struct{}
+}
+
+func (m *fakeMachine) PID() int { return 1 }
+func (m *fakeMachine) DialAgent(ctx context.Context) (net.Conn, error) {
+	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(m.d.t.TempDir()), StateDir: m.d.t.TempDir(), Refresher: m.d.refresh})
+	if err != nil {
+		return nil, err
+	}
+	hostEnd, agentEnd := net.Pipe()
+	go func() {
+		_ = a.ServeConn(context.Background(), agentEnd)
+		a.Close()
+	}()
+	return hostEnd, nil
+}
+func (m *fakeMachine) Pause(context.Context) error  { return nil }
+func (m *fakeMachine) Resume(context.Context) error { return nil }
+func (m *fakeMachine) Snapshot(_ context.Context, dir string) error {
+	return os.WriteFile(filepath.Join(dir, "state"), []byte("memory"), 0o600)
+}
+func (m *fakeMachine) Shutdown(context.Context) error { return m.Kill() }
+func (m *fakeMachine) Kill() error {
+	m.once.Do(func() {
+		m.d.mu.Lock()
+		m.d.killed++
+		m.d.mu.Unlock()
+		close(m.done)
+	})
+	return nil
+}
+func (m *fakeMachine) Wait(ctx context.Context) error {
+	select {
+	case <-m.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (m *fakeMachine) Cleanup() error { return nil }
+
+type hotplugMachine struct{ *fakeMachine }
+
+func (m *hotplugMachine) AttachDisks(_ context.Context, disks []vmm.Disk) error {
+	m.d.mu.Lock()
+	defer m.d.mu.Unlock()
+	m.d.attached = append(m.d.attached, disks)
+	return nil
+}
+
+type fakeRefresher struct {
+	mu      sync.Mutex
+	clocks  int
+	entropy [][]byte
+}
+
+func (f *fakeRefresher) SetClock(time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clocks++
+	return nil
+}
+func (f *fakeRefresher) Reseed(b []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.entropy = append(f.entropy, append([]byte(nil), b...))
+	return nil
+}
+func (f *fakeRefresher) Readdress(context.Context, *proto.NetworkSpec) error { return nil }
+func (f *fakeRefresher) SetHostname(int, string) error                       { return nil }
+
+type fakeTaps struct {
+	mu         sync.Mutex
+	live, ever []string
+}
+
+func (f *fakeTaps) Add(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.live = append(f.live, name)
+	f.ever = append(f.ever, name)
+	return nil
+}
+func (f *fakeTaps) Delete(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.live = slices.DeleteFunc(f.live, func(s string) bool { return s == name })
+	return nil
+}
+
+func newManager(t *testing.T, dir string, d *fakeDriver, taps *fakeTaps) *Manager {
+	t.Helper()
+	boot := t.TempDir()
+	kernel, initramfs := filepath.Join(boot, "vmlinuz"), filepath.Join(boot, "initramfs")
+	for _, p := range []string{kernel, initramfs} {
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := New(context.Background(), Options{Dir: dir, Driver: d, Kernel: kernel, Initramfs: initramfs, Accel: "tcg", Taps: taps, ReadyTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+func vmCfg(m *Manager, nets int) vmm.Config {
+	cfg := vmm.Config{ID: "c1", Dir: "/nonexistent", Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs, Accel: "tcg", MemoryMiB: 256, CPUs: 1,
+		Disks: []vmm.Disk{{Path: "/base", ReadOnly: true, Serial: "husk-base"}, {Path: "/upper", Serial: "husk-upper"}}}
+	for range nets {
+		cfg.Nets = append(cfg.Nets, vmm.Net{Tap: "hkc1", MAC: "02:42:0a:00:00:02"})
+	}
+	return cfg
+}
+
+// TestStartBuildsThenRestores: the first start of a shape finds no
+// template and builds one (a diskless boot with throwaway TAPs, then a
+// snapshot); the next restores it without disks, hot-plugs the disks and
+// refreshes the guest's clock and RNG; a new Manager finds it on disk.
+func TestStartBuildsThenRestores(t *testing.T) {
+	ctx := context.Background()
+	d := &fakeDriver{t: t, version: "1", hotplug: true, refresh: &fakeRefresher{}}
+	taps := &fakeTaps{}
+	dir := t.TempDir()
+	m := newManager(t, dir, d, taps)
+
+	_, err := m.Start(ctx, vmCfg(m, 1))
+	if !errdefs.IsNotFound(err) {
+		t.Fatalf("first start: %v, want not found (no template yet)", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.starts) != 1 || len(d.starts[0].Disks) != 0 || len(d.starts[0].Nets) != 1 || d.starts[0].MemoryMiB != 256 {
+		t.Fatalf("template boots = %+v, want one diskless 256 MiB boot with one NIC", d.starts)
+	}
+	if len(taps.ever) != 1 || len(taps.live) != 0 {
+		t.Errorf("taps made %v, still there %v: want one made and removed", taps.ever, taps.live)
+	}
+
+	vm, err := m.Start(ctx, vmCfg(m, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Client.Close()
+	if len(d.restores) != 1 || len(d.restores[0].Disks) != 0 || d.restores[0].Nets[0].Tap != "hkc1" {
+		t.Fatalf("restores = %+v, want one without disks on the container's TAP", d.restores)
+	}
+	if len(d.attached) != 1 || len(d.attached[0]) != 2 || d.attached[0][0].Serial != "husk-base" {
+		t.Errorf("hot-plugged %+v, want base and upper", d.attached)
+	}
+	if len(vm.DeviceMACs) != 1 || vm.DeviceMACs[0] != d.starts[0].Nets[0].MAC {
+		t.Errorf("DeviceMACs %v, want the template's %s", vm.DeviceMACs, d.starts[0].Nets[0].MAC)
+	}
+	if d.refresh.clocks != 1 || len(d.refresh.entropy) != 1 || len(d.refresh.entropy[0]) < 32 {
+		t.Errorf("refresh: %d clock sets, entropy %d, want one of each with >= 32 bytes", d.refresh.clocks, len(d.refresh.entropy))
+	}
+
+	// Another shape is another template.
+	if _, err := m.Start(ctx, vmCfg(m, 0)); !errdefs.IsNotFound(err) {
+		t.Fatalf("start without NICs: %v, want not found", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A Manager of the same daemon keeps both; one under another VMM
+	// build drops them.
+	m2 := newManagerSameBoot(t, dir, d, taps, m)
+	if len(m2.ready) != 2 {
+		t.Errorf("reopened cache holds %d templates, want 2", len(m2.ready))
+	}
+	other := &fakeDriver{t: t, version: "2", hotplug: true, refresh: &fakeRefresher{}}
+	m3 := newManagerSameBoot(t, dir, other, taps, m)
+	entries, _ := os.ReadDir(dir)
+	if len(m3.ready) != 0 || len(entries) != 0 {
+		t.Errorf("after a VMM upgrade: %d templates known, %d dirs left, want none", len(m3.ready), len(entries))
+	}
+}
+
+func newManagerSameBoot(t *testing.T, dir string, d *fakeDriver, taps *fakeTaps, like *Manager) *Manager {
+	t.Helper()
+	m, err := New(context.Background(), Options{Dir: dir, Driver: d, Kernel: like.opts.Kernel, Initramfs: like.opts.Initramfs, Accel: "tcg", Taps: taps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// TestStartWithoutHotplug: a VMM whose machines cannot take disks after
+// a restore fails the start (not "no template"), leaving nothing running.
+func TestStartWithoutHotplug(t *testing.T) {
+	ctx := context.Background()
+	d := &fakeDriver{t: t, version: "1", refresh: &fakeRefresher{}}
+	m := newManager(t, t.TempDir(), d, &fakeTaps{})
+	m.Prepare(ctx, 256, 1, 1)
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	killedBefore := d.killed
+	_, err := m.Start(ctx, vmCfg(m, 1))
+	if !errdefs.IsNotImplemented(err) {
+		t.Fatalf("start: %v, want not implemented", err)
+	}
+	if d.killed != killedBefore+1 {
+		t.Errorf("the restored VM was not killed")
+	}
+}
+
+// TestStartOtherKernel: a VM of another kernel has no template.
+func TestStartOtherKernel(t *testing.T) {
+	d := &fakeDriver{t: t, version: "1", hotplug: true, refresh: &fakeRefresher{}}
+	m := newManager(t, t.TempDir(), d, &fakeTaps{})
+	cfg := vmCfg(m, 1)
+	cfg.Kernel = "/other"
+	if _, err := m.Start(context.Background(), cfg); !errdefs.IsNotFound(err) {
+		t.Fatalf("start: %v, want not found", err)
+	}
+	if err := m.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.starts) != 0 {
+		t.Errorf("a template was built for a kernel the daemon does not use")
+	}
+}
+
+// TestNewCleansUnfinishedBuild: a build a dead daemon left has its TAPs
+// removed and its directory dropped.
+func TestNewCleansUnfinishedBuild(t *testing.T) {
+	dir := t.TempDir()
+	build := filepath.Join(dir, buildPrefix+"123")
+	if err := os.MkdirAll(filepath.Join(build, "run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(build, tapsFile), []byte("hsktplabc0\nhsktplabc1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	taps := &fakeTaps{live: []string{"hsktplabc0", "hsktplabc1", "other"}}
+	newManager(t, dir, &fakeDriver{t: t, version: "1", refresh: &fakeRefresher{}}, taps)
+	if !slices.Equal(taps.live, []string{"other"}) {
+		t.Errorf("taps left: %v, want only other", taps.live)
+	}
+	if _, err := os.Stat(build); !os.IsNotExist(err) {
+		t.Errorf("unfinished build dir still there: %v", err)
+	}
+}

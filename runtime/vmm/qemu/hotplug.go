@@ -1,0 +1,123 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/husk-vm/husk/runtime/vmm"
+)
+
+// PCI slots on the pc machine. Every device has a fixed slot so that a
+// disk hot-plugged into a VM restored from a template lands where a VM
+// started with that disk has it: a snapshot of either then restores into
+// the other, because QEMU names each device's migration state by its PCI
+// address.
+const (
+	// pciSlotPlan versions the plan below; snapshots record it.
+	pciSlotPlan   = 1
+	serialSlot    = 0x03
+	firstNetSlot  = 0x04
+	maxNets       = 12 // slots 0x04-0x0f
+	firstDiskSlot = 0x10
+	maxDisks      = 16 // slots 0x10-0x1f
+)
+
+// slotOpt is the ",addr=" option that pins a device to slot, on machines
+// with PCI.
+func slotOpt(machine string, slot int) string {
+	if machine != MachinePC {
+		return ""
+	}
+	return fmt.Sprintf(",addr=0x%x", slot)
+}
+
+// AttachDisks hot-plugs disks into the running VM as virtio-blk devices,
+// after those it has, in the slots a VM started with all of them would
+// use; the guest finds them by serial once its ACPI hot-plug handler has
+// probed them. The disks join the VM's layout, so a snapshot taken later
+// restores into a VM started with them. Only the pc machine has
+// hot-plug (microvm has no PCI): elsewhere this fails with
+// errdefs.ErrNotImplemented. On error the VM may hold some of the disks;
+// callers discard it.
+//
+// As at start, QEMU gets descriptors, never paths: each disk's fd set is
+// filled over QMP (add-fd with SCM_RIGHTS) and the block node opens
+// /dev/fdset/N.
+func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
+	m.mu.Lock()
+	l := m.layout
+	m.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("hot-plug into qemu %d: its layout is unknown: %w", m.pid, errdefs.ErrNotImplemented)
+	}
+	if l.Machine != MachinePC {
+		return fmt.Errorf("hot-plug into qemu %d: machine %s has no PCI hot-plug: %w", m.pid, l.Machine, errdefs.ErrNotImplemented)
+	}
+	if len(l.Disks)+len(disks) > maxDisks {
+		return fmt.Errorf("hot-plug into qemu %d: more than %d disks: %w", m.pid, maxDisks, errdefs.ErrInvalidArgument)
+	}
+	q, err := m.QMP(ctx)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	next := *l
+	next.Disks = append([]layoutDisk(nil), l.Disks...)
+	for _, d := range disks {
+		i := len(next.Disks)
+		if err := attachDisk(ctx, q, i, d); err != nil {
+			return fmt.Errorf("hot-plug disk %s into qemu %d: %w", d.Serial, m.pid, err)
+		}
+		next.Disks = append(next.Disks, layoutDisk{ReadOnly: d.ReadOnly, Serial: d.Serial})
+	}
+	b, err := json.Marshal(next)
+	if err != nil {
+		return fmt.Errorf("encode vm layout: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(m.dir, layoutFile), b); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.layout = &next
+	m.mu.Unlock()
+	return nil
+}
+
+// attachDisk plugs disk d as the VM's i-th disk, named as qemuArgs names
+// it (fd set i+1, node disk<i>).
+func attachDisk(ctx context.Context, q *QMP, i int, d vmm.Disk) error {
+	if d.Path == "" || len(d.Serial) > maxSerial {
+		return fmt.Errorf("bad disk %+v: %w", d, errdefs.ErrInvalidArgument)
+	}
+	set := i + 1
+	for _, mode := range diskModes(d) {
+		f, err := os.OpenFile(d.Path, mode, 0)
+		if err != nil {
+			return fmt.Errorf("open disk: %w", err)
+		}
+		err = q.ExecuteWithFile(ctx, "add-fd", map[string]any{"fdset-id": set}, nil, f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	node := fmt.Sprintf("disk%d", i)
+	err := q.Execute(ctx, "blockdev-add", map[string]any{
+		"driver": "raw", "node-name": node, "read-only": d.ReadOnly,
+		"file": map[string]any{"driver": "file", "filename": fmt.Sprintf("/dev/fdset/%d", set), "locking": "off"},
+	}, nil)
+	if err != nil {
+		return err
+	}
+	// write-cache on is what -drive's default cache=writeback gives a
+	// device started with the disk.
+	return q.Execute(ctx, "device_add", map[string]any{
+		"driver": "virtio-blk-pci", "id": "vdisk" + fmt.Sprint(i), "drive": node, "serial": d.Serial,
+		"addr": fmt.Sprintf("0x%x", firstDiskSlot+i), "write-cache": "on",
+	}, nil)
+}

@@ -1,0 +1,96 @@
+package qemu
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/husk-vm/husk/runtime/vmm"
+)
+
+// TestAttachDisksAfterRestore is the template path at the driver's level:
+// a diskless VM is snapshotted, restored, and given two disks by
+// hot-plug, which its guest then sees by serial; a snapshot of that VM
+// restores into a VM started with the two disks on its command line
+// (same PCI slots), its memory intact.
+func TestAttachDisksAfterRestore(t *testing.T) {
+	env := needBoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	drv := New(Options{Binary: env.qemu})
+
+	diskless := func(id string) vmm.Config {
+		c := vmConfig(t, env, id)
+		c.Disks = nil
+		return c
+	}
+	tpl, err := drv.Start(ctx, diskless("tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(tpl) })
+	if r := say(t, ctx, tpl, "hello"); r != "ready" {
+		t.Fatalf("diskless guest said %q, want ready", r)
+	}
+	if r := say(t, ctx, tpl, "incr"); r != "count 1" {
+		t.Fatalf("guest counted %q", r)
+	}
+	snap := t.TempDir()
+	if err := tpl.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+
+	m, err := drv.Restore(ctx, diskless("restored"), snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(m) })
+	full := vmConfig(t, env, "full")
+	start := time.Now()
+	if err := m.(*Machine).AttachDisks(ctx, full.Disks); err != nil {
+		t.Fatal(err)
+	}
+	want := "ready vda=husk-base:ro vdb=husk-upper:rw"
+	var got string
+	for {
+		if got = say(t, ctx, m, "hello"); got == want {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("guest never saw both disks: %q, want %q", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("hot-plug of two disks to seen by the guest: %v", time.Since(start))
+	if r := say(t, ctx, m, "incr"); r != "count 2" {
+		t.Fatalf("restored guest counted %q, want count 2", r)
+	}
+
+	snap2 := t.TempDir()
+	if err := m.Snapshot(ctx, snap2); err != nil {
+		t.Fatal(err)
+	}
+	again, err := drv.Restore(ctx, full, snap2)
+	if err != nil {
+		t.Fatalf("restore a hot-plugged VM's snapshot into one started with its disks: %v", err)
+	}
+	t.Cleanup(func() { stopVM(again) })
+	if r := say(t, ctx, again, "incr"); r != "count 3" {
+		t.Errorf("restore of the hot-plugged VM counted %q, want count 3", r)
+	}
+	if r := say(t, ctx, again, "hello"); r != want {
+		t.Errorf("restore of the hot-plugged VM sees %q, want %q", r, want)
+	}
+}
+
+func TestAttachDisksMicroVM(t *testing.T) {
+	m := newMachine(t.TempDir(), nil, 1, nil)
+	m.layout = &layout{Machine: MachineMicroVM}
+	err := m.AttachDisks(context.Background(), []vmm.Disk{{Path: "/x", Serial: "s"}})
+	if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "microvm") {
+		t.Fatalf("AttachDisks on microvm: %v, want not implemented", err)
+	}
+}
