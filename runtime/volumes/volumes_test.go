@@ -186,7 +186,8 @@ func TestPruneAndFilters(t *testing.T) {
 		filters map[string][]string
 		want    []string
 	}{
-		{map[string][]string{"name": {"ee"}}, []string{"keep"}},
+		// A substring that no anonymous (hex) name can contain.
+		{map[string][]string{"name": {"eep"}}, []string{"keep"}},
 		{map[string][]string{"label": {"keep=yes"}}, []string{"keep"}},
 		{map[string][]string{"label": {"keep=no"}}, nil},
 		{map[string][]string{"driver": {"local"}, "name": {"named", "keep"}}, []string{"keep", "named"}},
