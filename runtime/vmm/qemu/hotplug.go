@@ -25,6 +25,11 @@ const (
 	maxNets       = 12 // slots 0x04-0x0f
 	firstDiskSlot = 0x10
 	maxDisks      = 16 // slots 0x10-0x1f
+	// Shares (virtio-fs) sit behind a PCI bridge in slot 2, one per
+	// bridge slot: there is no room for them on the root bus, and they are
+	// never hot-plugged (a VM with shares boots cold).
+	shareBridgeSlot = 0x02
+	maxShares       = 31 // bridge slots 0x01-0x1f
 )
 
 // slotOpt is the ",addr=" option that pins a device to slot, on machines

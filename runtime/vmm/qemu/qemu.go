@@ -499,9 +499,15 @@ func sharesArgs(machine, dir string, memMiB int, shares []vmm.Share) ([]string, 
 	if machine == MachineMicroVM {
 		dev = "vhost-user-fs-device"
 	}
+	if len(shares) > maxShares {
+		return nil, fmt.Errorf("%d virtio-fs shares, at most %d: %w", len(shares), maxShares, errdefs.ErrInvalidArgument)
+	}
 	args := []string{
 		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", memMiB),
 		"-machine", "memory-backend=mem",
+	}
+	if machine == MachinePC {
+		args = append(args, "-device", fmt.Sprintf("pci-bridge,id=fsbridge,chassis_nr=1,addr=0x%x", shareBridgeSlot))
 	}
 	for i, sh := range shares {
 		if sh.Tag == "" || len(sh.Tag) > maxTag {
@@ -517,10 +523,18 @@ func sharesArgs(machine, dir string, memMiB int, shares []vmm.Share) ([]string, 
 		id := fmt.Sprintf("fs%d", i)
 		args = append(args,
 			"-chardev", "socket,id="+id+",path="+optEscape(sock),
-			"-device", dev+",chardev="+id+",tag="+optEscape(sh.Tag),
+			"-device", dev+",chardev="+id+",tag="+optEscape(sh.Tag)+shareSlotOpt(machine, i),
 		)
 	}
 	return args, nil
+}
+
+// shareSlotOpt pins share i to its own slot behind the share bridge.
+func shareSlotOpt(machine string, i int) string {
+	if machine != MachinePC {
+		return ""
+	}
+	return fmt.Sprintf(",bus=fsbridge,addr=0x%x", i+1)
 }
 
 // dir is the VM directory as an absolute path, or "" when it cannot be

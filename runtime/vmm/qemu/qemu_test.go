@@ -310,10 +310,37 @@ func TestQEMUArgsShares(t *testing.T) {
 		}
 	}
 	devices := argAfter(args, "-device")
-	for _, want := range []string{"vhost-user-fs-pci,chardev=fs0,tag=husk0", "vhost-user-fs-pci,chardev=fs1,tag=husk1"} {
+	for _, want := range []string{
+		"pci-bridge,id=fsbridge,chassis_nr=1,addr=0x2",
+		"vhost-user-fs-pci,chardev=fs0,tag=husk0,bus=fsbridge,addr=0x1",
+		"vhost-user-fs-pci,chardev=fs1,tag=husk1,bus=fsbridge,addr=0x2",
+	} {
 		if !slices.Contains(devices, want) {
 			t.Errorf("-device %q missing from %q", want, devices)
 		}
+	}
+	// Every device is pinned: one left to QEMU's choice takes the first
+	// free slot, which may be one a later device is pinned to (QEMU then
+	// refuses to start), and it would move between VMs of one snapshot.
+	slots := map[string]string{}
+	for _, d := range devices {
+		if d == "virtserialport,bus=vserial.0,chardev=agent,name=husk.agent" {
+			continue // on the virtio-serial bus, not PCI
+		}
+		_, addr, ok := strings.Cut(d, ",addr=")
+		if !ok {
+			t.Errorf("-device %q has no fixed PCI slot", d)
+			continue
+		}
+		bus := "pci.0"
+		if _, b, ok := strings.Cut(d, ",bus="); ok {
+			bus, _, _ = strings.Cut(b, ",")
+		}
+		key := bus + "/" + addr
+		if other, dup := slots[key]; dup {
+			t.Errorf("devices %q and %q share slot %s", other, d, key)
+		}
+		slots[key] = d
 	}
 
 	noShares, err := qemuArgs(MachinePC, "", vmm.Config{ID: "c2", Dir: dir, Kernel: "/k", Initramfs: "/i"})
