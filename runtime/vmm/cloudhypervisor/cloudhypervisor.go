@@ -59,10 +59,10 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
@@ -221,10 +221,10 @@ func (d *Driver) launch(ctx context.Context, id, dir string) (*Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vm dir: %w", err)
 	}
-	if pid, err := readPID(dir); err == nil && isOurs(pid, dir) {
+	if pid, err := vmmproc.ReadPID(dir, pidFile); err == nil && isOurs(pid, dir) {
 		return nil, fmt.Errorf("start vm %s: cloud-hypervisor %d already runs in %s: %w", id, pid, dir, errdefs.ErrConflict)
 	}
-	dirFD, err := openDir(dir)
+	dirFD, err := vmmproc.OpenDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +260,7 @@ func (d *Driver) launch(ctx context.Context, id, dir string) (*Machine, error) {
 		log.Debug("cloud-hypervisor exited", "status", err)
 		m.exited()
 	}()
-	if err := writeFileAtomic(filepath.Join(dir, pidFile), []byte(strconv.Itoa(m.pid)+"\n")); err != nil {
+	if err := vmmproc.WriteFileAtomic(filepath.Join(dir, pidFile), []byte(strconv.Itoa(m.pid)+"\n")); err != nil {
 		m.abort()
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func (m *Machine) waitAPI(ctx context.Context) error {
 		}
 		select {
 		case <-m.done:
-			return fmt.Errorf("cloud-hypervisor exited during start: %s", m.outputTail())
+			return fmt.Errorf("cloud-hypervisor exited during start: %s", vmmproc.OutputTail(filepath.Join(m.dir, outputLog)))
 		case <-ctx.Done():
 			return fmt.Errorf("wait for cloud-hypervisor api: %w (last: %v)", ctx.Err(), err)
 		case <-time.After(5 * time.Millisecond):
@@ -396,7 +396,7 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("vm dir: %w", err)
 	}
-	pid, err := readPID(dir)
+	pid, err := vmmproc.ReadPID(dir, pidFile)
 	if err != nil {
 		return nil, fmt.Errorf("reattach %s: %w: %w", dir, err, errdefs.ErrNotFound)
 	}
@@ -406,11 +406,11 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("reattach %s: cloud-hypervisor %d: %w: %w", dir, pid, err, errdefs.ErrNotFound)
 	}
-	if !isOurs(pid, dir) || !pidfdAlive(pidfd) {
+	if !isOurs(pid, dir) || !vmmproc.PidfdAlive(pidfd) {
 		unix.Close(pidfd)
 		return nil, fmt.Errorf("reattach %s: process %d is not its cloud-hypervisor: %w", dir, pid, errdefs.ErrNotFound)
 	}
-	dirFD, err := openDir(dir)
+	dirFD, err := vmmproc.OpenDir(dir)
 	if err != nil {
 		unix.Close(pidfd)
 		return nil, err
@@ -426,74 +426,22 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 		return nil, fmt.Errorf("reattach %s: %w", dir, err)
 	}
 	go func() {
-		waitPidfd(pidfd)
+		vmmproc.WaitPidfd(pidfd)
 		log.Debug("cloud-hypervisor exited")
 		m.exited()
 	}()
 	return m, nil
 }
 
-// pidfdAlive reports whether the process behind pidfd has not exited.
-func pidfdAlive(pidfd int) bool {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n == 0
-}
-
-// waitPidfd blocks until the process behind pidfd exits.
-func waitPidfd(pidfd int) {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, -1)
-		if err == unix.EINTR || (err == nil && n == 0) {
-			continue
-		}
-		return
-	}
-}
-
 // isOurs checks that pid runs in dir with this driver's API socket
 // arguments. The executable's name is not checked: it is whatever
 // Options.Binary names.
 func isOurs(pid int, dir string) bool {
-	proc := "/proc/" + strconv.Itoa(pid)
-	cwd, err := os.Readlink(proc + "/cwd")
-	if err != nil {
-		return false
-	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = real
-	}
-	if cwd != dir {
-		return false
-	}
-	cmdline, err := os.ReadFile(proc + "/cmdline")
-	if err != nil {
+	cmdline, ok := vmmproc.CmdlineIn(pid, dir)
+	if !ok {
 		return false
 	}
 	return bytes.Contains(cmdline, []byte("\x00--api-socket\x00path="+apiSocket+"\x00"))
-}
-
-func readPID(dir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, pidFile))
-	if err != nil {
-		return 0, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("bad pid file %s", filepath.Join(dir, pidFile))
-	}
-	return pid, nil
-}
-
-// openDir opens dir as an O_PATH handle through which its sockets are
-// reached by a short /proc/self/fd path.
-func openDir(dir string) (*os.File, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open vm dir %s: %w", dir, err)
-	}
-	return os.NewFile(uintptr(fd), dir), nil
 }
 
 func removeRuntimeFiles(dir string) error {
@@ -512,21 +460,6 @@ func removeRuntimeFiles(dir string) error {
 	}
 	if err := os.RemoveAll(filepath.Join(dir, restoreDir)); err != nil {
 		return fmt.Errorf("remove %s: %w", restoreDir, err)
-	}
-	return nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := renameio.WriteFile(path, data, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("sync dir of %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir of %s: %w", path, err)
 	}
 	return nil
 }
@@ -576,23 +509,6 @@ func (m *Machine) path(name string) string {
 		return filepath.Join(m.dir, name)
 	}
 	return "/proc/self/fd/" + strconv.Itoa(int(m.dirFD.Fd())) + "/" + name
-}
-
-// outputTail returns the end of cloud-hypervisor's own output, where it
-// explains why it refused to start.
-func (m *Machine) outputTail() string {
-	b, err := os.ReadFile(filepath.Join(m.dir, outputLog))
-	if err != nil {
-		return "no output: " + err.Error()
-	}
-	b = bytes.TrimSpace(b)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	if len(b) == 0 {
-		return "no output"
-	}
-	return string(b)
 }
 
 // PID implements vmm.Machine.

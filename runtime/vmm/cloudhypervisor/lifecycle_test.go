@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 // testTimeout only keeps a broken driver from hanging the run; nothing
@@ -177,7 +178,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	killOnCleanup(t, mv)
 	m := mv.(*Machine)
-	if pid, err := readPID(dir); err != nil || pid != m.PID() {
+	if pid, err := vmmproc.ReadPID(dir, pidFile); err != nil || pid != m.PID() {
 		t.Errorf("pid file: %d %v, want %d", pid, err, m.PID())
 	}
 	info, err := m.Info(ctx)

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 // Files of a snapshot directory. cloud-hypervisor writes config.json,
@@ -71,7 +72,7 @@ func (m *Machine) Snapshot(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, MetadataFile), append(b, '\n')); err != nil {
+	if err := vmmproc.WriteFileAtomic(filepath.Join(dir, MetadataFile), append(b, '\n')); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	return nil
@@ -175,7 +176,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		err = m.Resume(ctx)
 	}
 	if err != nil {
-		tail := m.outputTail()
+		tail := vmmproc.OutputTail(filepath.Join(m.dir, outputLog))
 		m.abort()
 		// Nothing of this attempt stays: not even the VMM's log, whose
 		// end the error carries.
@@ -205,7 +206,7 @@ func writeRestoreDir(dir, snapshotDir string, config []byte) error {
 			return fmt.Errorf("link snapshot file: %w", err)
 		}
 	}
-	return writeFileAtomic(filepath.Join(dir, snapshotConfig), config)
+	return vmmproc.WriteFileAtomic(filepath.Join(dir, snapshotConfig), config)
 }
 
 // RewriteConfig returns a snapshot's config.json (raw) with what differs

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 // PCI slots on the pc machine. Every device has a fixed slot so that a
@@ -84,7 +85,7 @@ func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
 	if err != nil {
 		return fmt.Errorf("encode vm layout: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(m.dir, layoutFile), b); err != nil {
+	if err := vmmproc.WriteFileAtomic(filepath.Join(m.dir, layoutFile), b); err != nil {
 		return err
 	}
 	m.mu.Lock()

@@ -58,10 +58,10 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
@@ -169,7 +169,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, extra []string, wan
 	if err != nil {
 		return nil, fmt.Errorf("vm dir: %w", err)
 	}
-	if pid, err := readPID(dir); err == nil && isOurQEMU(pid, dir) {
+	if pid, err := vmmproc.ReadPID(dir, pidFile); err == nil && isOurQEMU(pid, dir) {
 		return nil, fmt.Errorf("start vm %s: QEMU %d already runs in %s: %w", cfg.ID, pid, dir, errdefs.ErrConflict)
 	}
 	args, err := qemuArgs(d.machine, d.runAs, cfg)
@@ -177,7 +177,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, extra []string, wan
 		return nil, err
 	}
 	args = append(args, extra...)
-	dirFD, err := openDir(dir)
+	dirFD, err := vmmproc.OpenDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -238,10 +238,10 @@ func (m *Machine) afterStart(ctx context.Context, wantStatus string) error {
 	if err != nil {
 		return fmt.Errorf("encode vm layout: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(m.dir, layoutFile), b); err != nil {
+	if err := vmmproc.WriteFileAtomic(filepath.Join(m.dir, layoutFile), b); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(m.dir, pidFile), []byte(strconv.Itoa(m.pid)+"\n")); err != nil {
+	if err := vmmproc.WriteFileAtomic(filepath.Join(m.dir, pidFile), []byte(strconv.Itoa(m.pid)+"\n")); err != nil {
 		return err
 	}
 	q, err := m.waitQMP(ctx)
@@ -270,29 +270,12 @@ func (m *Machine) waitQMP(ctx context.Context) (*QMP, error) {
 		}
 		select {
 		case <-m.done:
-			return nil, fmt.Errorf("qemu exited during start: %s", m.outputTail())
+			return nil, fmt.Errorf("qemu exited during start: %s", vmmproc.OutputTail(filepath.Join(m.dir, outputLog)))
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wait for qmp: %w", ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-}
-
-// outputTail returns the end of QEMU's own output, where it explains why
-// it refused to start.
-func (m *Machine) outputTail() string {
-	b, err := os.ReadFile(filepath.Join(m.dir, outputLog))
-	if err != nil {
-		return "no output: " + err.Error()
-	}
-	b = bytes.TrimSpace(b)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	if len(b) == 0 {
-		return "no output"
-	}
-	return string(b)
 }
 
 func validate(cfg vmm.Config) error {
@@ -560,7 +543,7 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("vm dir: %w", err)
 	}
-	pid, err := readPID(dir)
+	pid, err := vmmproc.ReadPID(dir, pidFile)
 	if err != nil {
 		return nil, fmt.Errorf("reattach %s: %w: %w", dir, err, errdefs.ErrNotFound)
 	}
@@ -570,11 +553,11 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("reattach %s: qemu %d: %w: %w", dir, pid, err, errdefs.ErrNotFound)
 	}
-	if !isOurQEMU(pid, dir) || !pidfdAlive(pidfd) {
+	if !isOurQEMU(pid, dir) || !vmmproc.PidfdAlive(pidfd) {
 		unix.Close(pidfd)
 		return nil, fmt.Errorf("reattach %s: process %d is not its QEMU: %w", dir, pid, errdefs.ErrNotFound)
 	}
-	dirFD, err := openDir(dir)
+	dirFD, err := vmmproc.OpenDir(dir)
 	if err != nil {
 		unix.Close(pidfd)
 		return nil, err
@@ -601,47 +584,17 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 		return nil, fmt.Errorf("reattach %s: monitor: %w", dir, err)
 	}
 	go func() {
-		waitPidfd(pidfd)
+		vmmproc.WaitPidfd(pidfd)
 		log.Debug("qemu exited")
 		m.exited()
 	}()
 	return m, nil
 }
 
-// pidfdAlive reports whether the process behind pidfd has not exited.
-func pidfdAlive(pidfd int) bool {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n == 0
-}
-
-// waitPidfd blocks until the process behind pidfd exits.
-func waitPidfd(pidfd int) {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, -1)
-		if err == unix.EINTR || (err == nil && n == 0) {
-			continue
-		}
-		return
-	}
-}
-
 // isOurQEMU checks that pid is a QEMU started in dir by this driver.
 func isOurQEMU(pid int, dir string) bool {
-	proc := "/proc/" + strconv.Itoa(pid)
-	cwd, err := os.Readlink(proc + "/cwd")
-	if err != nil {
-		return false
-	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		dir = real
-	}
-	if cwd != dir {
-		return false
-	}
-	cmdline, err := os.ReadFile(proc + "/cmdline")
-	if err != nil {
+	cmdline, ok := vmmproc.CmdlineIn(pid, dir)
+	if !ok {
 		return false
 	}
 	argv := strings.Split(string(cmdline), "\x00")
@@ -649,48 +602,11 @@ func isOurQEMU(pid int, dir string) bool {
 		bytes.Contains(cmdline, []byte("\x00unix:"+qmpSocket+",server=on,wait=off\x00"))
 }
 
-func readPID(dir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dir, pidFile))
-	if err != nil {
-		return 0, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("bad pid file %s", filepath.Join(dir, pidFile))
-	}
-	return pid, nil
-}
-
-// openDir opens dir as an O_PATH handle through which its sockets are
-// reached by a short /proc/self/fd path.
-func openDir(dir string) (*os.File, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open vm dir %s: %w", dir, err)
-	}
-	return os.NewFile(uintptr(fd), dir), nil
-}
-
 func removeRuntimeFiles(dir string) error {
 	for _, name := range []string{qmpSocket, agentSocket, pidFile, layoutFile} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", name, err)
 		}
-	}
-	return nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := renameio.WriteFile(path, data, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("sync dir of %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir of %s: %w", path, err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 // Snapshots. A snapshot is QEMU's migration stream written to a file,
@@ -101,7 +102,7 @@ func (m *Machine) Snapshot(ctx context.Context, dir string) (err error) {
 	if err != nil {
 		return fmt.Errorf("encode vm layout: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, layoutFile), b); err != nil {
+	if err := vmmproc.WriteFileAtomic(filepath.Join(dir, layoutFile), b); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, stateFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -295,7 +296,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		waitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		if m.Wait(waitCtx) == nil {
-			return nil, fmt.Errorf("restore vm %s: qemu could not load the snapshot: %s", cfg.ID, m.outputTail())
+			return nil, fmt.Errorf("restore vm %s: qemu could not load the snapshot: %s", cfg.ID, vmmproc.OutputTail(filepath.Join(m.dir, outputLog)))
 		}
 		return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 	}

@@ -1,0 +1,116 @@
+// Package vmmproc is the process plumbing every VMM driver needs to keep
+// its VMM running apart from the daemon and find it again: the pid file,
+// a directory handle for socket paths over 108 bytes, pidfd polling, and
+// recognising a process by its working directory. The drivers differ only
+// in what they check of the command line.
+package vmmproc
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/google/renameio/v2"
+	"golang.org/x/sys/unix"
+)
+
+// ReadPID reads the pid a driver wrote to dir/name.
+func ReadPID(dir, name string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("bad pid file %s", filepath.Join(dir, name))
+	}
+	return pid, nil
+}
+
+// OpenDir opens dir as an O_PATH handle through which its sockets are
+// reached by a short /proc/self/fd path.
+func OpenDir(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open vm dir %s: %w", dir, err)
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// WriteFileAtomic replaces path with data (temp file, fsync, rename) and
+// syncs its directory.
+func WriteFileAtomic(path string, data []byte) error {
+	if err := renameio.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("sync dir of %s: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync dir of %s: %w", path, err)
+	}
+	return nil
+}
+
+// PidfdAlive reports whether the process behind pidfd has not exited.
+func PidfdAlive(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 0
+}
+
+// WaitPidfd blocks until the process behind pidfd exits.
+func WaitPidfd(pidfd int) {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, -1)
+		if err == unix.EINTR || (err == nil && n == 0) {
+			continue
+		}
+		return
+	}
+}
+
+// CmdlineIn returns the NUL-separated command line of pid if its working
+// directory is dir (a VMM runs in its VM's directory); ok is false
+// otherwise, or when pid is gone.
+func CmdlineIn(pid int, dir string) (cmdline []byte, ok bool) {
+	proc := "/proc/" + strconv.Itoa(pid)
+	cwd, err := os.Readlink(proc + "/cwd")
+	if err != nil {
+		return nil, false
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	if cwd != dir {
+		return nil, false
+	}
+	cmdline, err = os.ReadFile(proc + "/cmdline")
+	if err != nil {
+		return nil, false
+	}
+	return cmdline, true
+}
+
+// OutputTail returns the end of a VMM's own output log, where it explains
+// why it refused to start.
+func OutputTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "no output: " + err.Error()
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	if len(b) == 0 {
+		return "no output"
+	}
+	return string(b)
+}
