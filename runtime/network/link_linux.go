@@ -59,7 +59,10 @@ func (netlinkLinks) ensureBridge(name string, gw netip.Prefix) error {
 	return nil
 }
 
-func (netlinkLinks) deleteLink(name string) error {
+func (netlinkLinks) deleteLink(name string) error { return deleteLink(name) }
+
+// deleteLink removes a link; one that is already gone is not an error.
+func deleteLink(name string) error {
 	l, err := netlink.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	if errors.As(err, &notFound) {
@@ -84,13 +87,7 @@ func (n netlinkLinks) addTap(name, bridge string) error {
 	if err := n.deleteLink(name); err != nil {
 		return err
 	}
-	tap := &netlink.Tuntap{
-		LinkAttrs: netlink.LinkAttrs{Name: name, MasterIndex: br.Attrs().Index},
-		Mode:      netlink.TUNTAP_MODE_TAP,
-		// VNET_HDR lets QEMU offload checksums; single queue, as QEMU
-		// opens it without queues=.
-		Flags: netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
-	}
+	tap := vmTap(name, br.Attrs().Index)
 	if err := netlink.LinkAdd(tap); err != nil {
 		return fmt.Errorf("create tap %s on %s: %w", name, bridge, err)
 	}
@@ -100,6 +97,34 @@ func (n netlinkLinks) addTap(name, bridge string) error {
 	}
 	return nil
 }
+
+// vmTap is the TAP every VM NIC is backed by, enslaved to the bridge with
+// index master (0: none). VNET_HDR lets QEMU offload checksums; single
+// queue, as QEMU opens it without queues=.
+func vmTap(name string, master int) *netlink.Tuntap {
+	return &netlink.Tuntap{
+		LinkAttrs: netlink.LinkAttrs{Name: name, MasterIndex: master},
+		Mode:      netlink.TUNTAP_MODE_TAP,
+		Flags:     netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
+	}
+}
+
+// UnbridgedTaps makes TAPs on no bridge, made exactly as containers' are,
+// for VMs whose NICs must be backed but send nothing: a template's guest
+// boots on them, and the virtio-net features it negotiates must then
+// hold for the containers' TAPs its restores get.
+type UnbridgedTaps struct{}
+
+// Add creates the persistent TAP name, down.
+func (UnbridgedTaps) Add(name string) error {
+	if err := netlink.LinkAdd(vmTap(name, 0)); err != nil {
+		return fmt.Errorf("create template tap %s: %w", name, err)
+	}
+	return nil
+}
+
+// Delete removes the TAP name; one already gone is not an error.
+func (UnbridgedTaps) Delete(name string) error { return deleteLink(name) }
 
 func (netlinkLinks) list(prefix string) (map[string]bool, error) {
 	all, err := netlink.LinkList()

@@ -53,6 +53,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/google/renameio/v2"
 
+	"github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -124,7 +125,7 @@ type Options struct {
 	// ReadyTimeout bounds a template boot to agent-ready, and a restore
 	// to the agent's answer.
 	ReadyTimeout time.Duration
-	// Taps defaults to TAPs made over rtnetlink.
+	// Taps defaults to network.UnbridgedTaps.
 	Taps   Taps
 	Logger *slog.Logger
 }
@@ -156,7 +157,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("templates: driver, kernel, initramfs and dir are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if opts.Taps == nil {
-		opts.Taps = netlinkTaps{}
+		opts.Taps = network.UnbridgedTaps{}
 	}
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 2 * time.Minute
