@@ -256,19 +256,28 @@ func (s *server) removeContainer(ctx context.Context, w http.ResponseWriter, r *
 }
 
 func (s *server) resizeContainer(ctx context.Context, _ http.ResponseWriter, r *http.Request, vars map[string]string) error {
-	if err := parseForm(r); err != nil {
+	h, wd, err := resizeQuery(r)
+	if err != nil {
 		return err
 	}
-	h, err := uint32Value(r, "h")
-	if err != nil {
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid resize height %q: %v", r.Form.Get("h"), err))
-	}
-	wd, err := uint32Value(r, "w")
-	if err != nil {
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid resize width %q: %v", r.Form.Get("w"), err))
-	}
 	// Like dockerd, success is a 200 with an empty body.
-	return s.cfg.Containers.Resize(ctx, vars["name"], uint(h), uint(wd))
+	return s.cfg.Containers.Resize(ctx, vars["name"], h, wd)
+}
+
+// resizeQuery reads the h and w of a container or exec resize.
+func resizeQuery(r *http.Request) (h, w uint, err error) {
+	if err := parseForm(r); err != nil {
+		return 0, 0, err
+	}
+	h32, err := uint32Value(r, "h")
+	if err != nil {
+		return 0, 0, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid resize height %q: %v", r.Form.Get("h"), err))
+	}
+	w32, err := uint32Value(r, "w")
+	if err != nil {
+		return 0, 0, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid resize width %q: %v", r.Form.Get("w"), err))
+	}
+	return uint(h32), uint(w32), nil
 }
 
 func (s *server) containerLogs(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error {

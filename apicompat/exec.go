@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/husk-vm/husk/runtime/containers"
@@ -99,18 +98,11 @@ func (s *server) startExec(ctx context.Context, w http.ResponseWriter, r *http.R
 }
 
 func (s *server) resizeExec(ctx context.Context, _ http.ResponseWriter, r *http.Request, vars map[string]string) error {
-	if err := parseForm(r); err != nil {
+	h, wd, err := resizeQuery(r)
+	if err != nil {
 		return err
 	}
-	h, err := uint32Value(r, "h")
-	if err != nil {
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid resize height %q: %v", r.Form.Get("h"), err))
-	}
-	wd, err := uint32Value(r, "w")
-	if err != nil {
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid resize width %q: %v", r.Form.Get("w"), err))
-	}
-	return s.cfg.Execs.ExecResize(ctx, vars["name"], uint(h), uint(wd))
+	return s.cfg.Execs.ExecResize(ctx, vars["name"], h, wd)
 }
 
 func (s *server) inspectExec(ctx context.Context, w http.ResponseWriter, _ *http.Request, vars map[string]string) error {
