@@ -3,11 +3,8 @@ package containers
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -138,7 +135,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 	if err != nil {
 		return checkpoints.Manifest{}, err
 	}
-	kernel, initramfs, err := m.boot.get(g.Kernel, g.Initramfs)
+	kernel, initramfs, err := m.boot.Get(g.Kernel, g.Initramfs)
 	if err != nil {
 		return checkpoints.Manifest{}, err
 	}
@@ -313,7 +310,7 @@ func (m *Manager) compatible(ctx context.Context, c *ctr, man checkpoints.Manife
 	if err != nil {
 		return err
 	}
-	kernel, initramfs, err := m.boot.get(g.Kernel, g.Initramfs)
+	kernel, initramfs, err := m.boot.Get(g.Kernel, g.Initramfs)
 	if err != nil {
 		return err
 	}
@@ -557,60 +554,4 @@ func (m *Manager) recoverFromCheckpointing(c *ctr) {
 		}
 	}
 	_ = os.Remove(filepath.Join(c.dir, restoreStaging))
-}
-
-// bootDigests caches the digests of the guest's kernel and initramfs,
-// which every checkpoint records and every restore compares; they are
-// recomputed when a file's size or modification time changes.
-type bootDigests struct {
-	mu                sync.Mutex
-	key               string
-	kernel, initramfs string
-}
-
-func (b *bootDigests) get(kernel, initramfs string) (string, string, error) {
-	key, err := statKey(kernel, initramfs)
-	if err != nil {
-		return "", "", err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if key == b.key {
-		return b.kernel, b.initramfs, nil
-	}
-	k, err := fileSHA256(kernel)
-	if err != nil {
-		return "", "", err
-	}
-	i, err := fileSHA256(initramfs)
-	if err != nil {
-		return "", "", err
-	}
-	b.key, b.kernel, b.initramfs = key, k, i
-	return k, i, nil
-}
-
-func statKey(paths ...string) (string, error) {
-	key := ""
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return "", fmt.Errorf("guest boot file: %w", err)
-		}
-		key += fmt.Sprintf("%s:%d:%d;", p, st.Size(), st.ModTime().UnixNano())
-	}
-	return key, nil
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", fmt.Errorf("digest %s: %w", p, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("digest %s: %w", p, err)
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

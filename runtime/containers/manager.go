@@ -27,6 +27,7 @@ import (
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/network"
 
+	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/logs"
 	"github.com/husk-vm/husk/runtime/vmm"
@@ -104,7 +105,7 @@ type Manager struct {
 	byID   map[string]*ctr
 	byName map[string]*ctr // name without the leading "/"
 
-	boot  bootDigests // of the guest kernel and initramfs, for checkpoints
+	boot  kernel.BootDigests // of the guest kernel and initramfs, for checkpoints
 	execs execStore
 	// shuttingDown: the daemon is stopping containers, which must not
 	// restart by policy. Guarded by mu.

@@ -41,7 +41,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -53,6 +52,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/google/renameio/v2"
 
+	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/host"
@@ -146,7 +146,7 @@ type Manager struct {
 	ready   map[string]meta     // by key digest
 	pending map[string]struct{} // building
 	failed  map[string]error
-	digests fileDigests
+	digests kernel.BootDigests
 }
 
 // New opens the template cache in opts.Dir, dropping templates that no
@@ -235,7 +235,7 @@ func (m *Manager) baseKey(ctx context.Context) (Key, error) {
 	if err != nil {
 		return Key{}, fmt.Errorf("templates: %w", err)
 	}
-	k, i, err := m.digests.get(m.opts.Kernel, m.opts.Initramfs)
+	k, i, err := m.digests.Get(m.opts.Kernel, m.opts.Initramfs)
 	if err != nil {
 		return Key{}, fmt.Errorf("templates: %w", err)
 	}
@@ -590,51 +590,4 @@ func syncDir(dir string) error {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
-}
-
-// fileDigests caches the digests of the kernel and initramfs, recomputed
-// when a file's size or modification time changes.
-type fileDigests struct {
-	mu     sync.Mutex
-	key    string
-	values [2]string
-}
-
-func (f *fileDigests) get(kernel, initramfs string) (string, string, error) {
-	key := ""
-	for _, p := range []string{kernel, initramfs} {
-		st, err := os.Stat(p)
-		if err != nil {
-			return "", "", fmt.Errorf("guest boot file: %w", err)
-		}
-		key += fmt.Sprintf("%s:%d:%d;", p, st.Size(), st.ModTime().UnixNano())
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if key == f.key {
-		return f.values[0], f.values[1], nil
-	}
-	var out [2]string
-	for i, p := range []string{kernel, initramfs} {
-		d, err := fileSHA256(p)
-		if err != nil {
-			return "", "", err
-		}
-		out[i] = d
-	}
-	f.key, f.values = key, out
-	return out[0], out[1], nil
-}
-
-func fileSHA256(p string) (string, error) {
-	fh, err := os.Open(p)
-	if err != nil {
-		return "", fmt.Errorf("digest %s: %w", p, err)
-	}
-	defer fh.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, fh); err != nil {
-		return "", fmt.Errorf("digest %s: %w", p, err)
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
