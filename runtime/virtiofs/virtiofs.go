@@ -41,8 +41,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 // DefaultBinary is where Debian's qemu-system-common puts virtiofsd.
@@ -186,7 +187,7 @@ func Start(ctx context.Context, dir string, share Share, opts Options) (_ *Serve
 			unix.Close(s.pidfd)
 		}
 	}()
-	if err := writeFileAtomic(filepath.Join(dir, share.Name+".pid"), []byte(strconv.Itoa(pid)+"\n")); err != nil {
+	if err := vmmproc.WriteFileAtomic(filepath.Join(dir, share.Name+".pid"), []byte(strconv.Itoa(pid)+"\n")); err != nil {
 		return nil, fmt.Errorf("share %s: %w", share.Name, err)
 	}
 	if err := s.waitReady(ctx, staging); err != nil {
@@ -244,7 +245,7 @@ func Find(dir, name string, log *slog.Logger) (*Server, error) {
 	s := &Server{name: name, dir: dir, pid: pid, pidfd: pidfd, done: make(chan struct{}),
 		log: log.With("share", name, "pid", pid), socket: filepath.Join(dir, name+".sock")}
 	go func() {
-		waitPidfd(pidfd)
+		vmmproc.WaitPidfd(pidfd)
 		close(s.done)
 	}()
 	return s, nil
@@ -349,32 +350,6 @@ func listen(dir, name string) (*os.File, error) {
 		return nil, fmt.Errorf("listen on %s: %w", name, err)
 	}
 	return os.NewFile(uintptr(fd), name), nil
-}
-
-func waitPidfd(pidfd int) {
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		n, err := unix.Poll(fds, -1)
-		if err == unix.EINTR || (err == nil && n == 0) {
-			continue
-		}
-		return
-	}
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := renameio.WriteFile(path, data, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("sync dir of %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync dir of %s: %w", path, err)
-	}
-	return nil
 }
 
 func tailFile(path string) string {

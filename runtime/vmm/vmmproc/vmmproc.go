@@ -1,8 +1,9 @@
-// Package vmmproc is the process plumbing every VMM driver needs to keep
-// its VMM running apart from the daemon and find it again: the pid file,
-// a directory handle for socket paths over 108 bytes, pidfd polling, and
-// recognising a process by its working directory. The drivers differ only
-// in what they check of the command line.
+// Package vmmproc is the process plumbing that VMM drivers (and the
+// virtiofsd supervisor) need to keep a process running apart from the
+// daemon and find it again: the pid file, a directory handle for socket
+// paths over 108 bytes, pidfd polling, and recognising a process by its
+// working directory. The drivers differ only in what they check of the
+// command line.
 package vmmproc
 
 import (
