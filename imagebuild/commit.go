@@ -54,16 +54,7 @@ func (s *Service) LayerInfos(ctx context.Context, ref string) ([]LayerInfo, erro
 
 // OpenLayer opens a stored layer blob as its uncompressed tar.
 func (s *Service) OpenLayer(l LayerInfo) (io.ReadCloser, error) {
-	f, err := s.blobs.Open(l.Digest)
-	if err != nil {
-		return nil, fmt.Errorf("open layer %s: %w", l.Digest, err)
-	}
-	rc, err := decompress(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("decompress layer %s: %w", l.Digest, err)
-	}
-	return rc, nil
+	return s.openLayer(l.Digest)
 }
 
 // PutLayer stores the uncompressed layer tar read from r, gzip-compressed

@@ -354,18 +354,21 @@ func (s *Service) Layers(ctx context.Context, imageID string) ([]func() (io.Read
 	}
 	out := make([]func() (io.ReadCloser, error), 0, len(layers))
 	for _, l := range layers {
-		out = append(out, func() (io.ReadCloser, error) {
-			f, err := s.blobs.Open(l.Digest)
-			if err != nil {
-				return nil, fmt.Errorf("open layer %s: %w", l.Digest, err)
-			}
-			rc, err := decompress(f)
-			if err != nil {
-				f.Close()
-				return nil, fmt.Errorf("decompress layer %s: %w", l.Digest, err)
-			}
-			return rc, nil
-		})
+		out = append(out, func() (io.ReadCloser, error) { return s.openLayer(l.Digest) })
 	}
 	return out, nil
+}
+
+// openLayer opens a stored layer blob as its uncompressed tar.
+func (s *Service) openLayer(digest v1.Hash) (io.ReadCloser, error) {
+	f, err := s.blobs.Open(digest)
+	if err != nil {
+		return nil, fmt.Errorf("open layer %s: %w", digest, err)
+	}
+	rc, err := decompress(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("decompress layer %s: %w", digest, err)
+	}
+	return rc, nil
 }
