@@ -120,16 +120,7 @@ func (h *archiveHelper) close() {
 
 func (a *Agent) startArchiveHelper(cfg archiveConfig) (_ *archiveHelper, retErr error) {
 	var files childFiles
-	defer func() {
-		for _, f := range files.child {
-			f.Close()
-		}
-		if retErr != nil {
-			for _, f := range files.parent {
-				f.Close()
-			}
-		}
-	}()
+	defer func() { files.release(retErr != nil) }()
 	internal := func(what string, err error) error {
 		return &agentError{proto.KindInternal, fmt.Sprintf("archive helper: %s: %v", what, err)}
 	}

@@ -249,18 +249,21 @@ func (f *childFiles) pipe() (r, w *os.File, err error) {
 	return r, w, err
 }
 
+// release closes the child's copies, and ours too when the spawn failed.
+func (f *childFiles) release(failed bool) {
+	for _, c := range f.child {
+		c.Close()
+	}
+	if failed {
+		for _, p := range f.parent {
+			p.Close()
+		}
+	}
+}
+
 func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, retErr error) {
 	var files childFiles
-	defer func() {
-		for _, f := range files.child {
-			f.Close()
-		}
-		if retErr != nil {
-			for _, f := range files.parent {
-				f.Close()
-			}
-		}
-	}()
+	defer func() { files.release(retErr != nil) }()
 	internal := func(what string, err error) error {
 		return &agentError{proto.KindInternal, fmt.Sprintf("start %s: %s: %v", id, what, err)}
 	}
