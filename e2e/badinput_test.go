@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -75,6 +76,8 @@ const missingImage = "husk-no-such-image"
 //     not a 500;
 //   - API 1.44 dropped CheckDuplicate: a second network of the same name is
 //     a 409, not a 201 with a warning;
+//   - errors from checking a create's settings start in lower case
+//     ("range of CPUs ...");
 //   - distribution/reference v0.6 names the repository in its "must be
 //     lowercase" message;
 //   - the oldest API served is 1.24 (20.10: 1.12).
@@ -123,6 +126,9 @@ func (fx badFixture) rows() []badRequest {
 		{name: "create: text/plain body", method: "POST", path: "/containers/create", body: imgCfg, ctype: "text/plain",
 			want:      answer{400, "unsupported Content-Type header (text/plain): must be 'application/json'"},
 			dockerd20: &answer{400, "Content-Type specified (text/plain) must be 'application/json'"}},
+		{name: "create: more CPUs than the host has", method: "POST", path: "/containers/create", body: fmt.Sprintf(`{"Image":%q,"HostConfig":{"NanoCPUs":1000000000000000}}`, fx.img),
+			want:      answer{400, fmt.Sprintf("range of CPUs is from 0.01 to %[1]d.00, as there are only %[1]d CPUs available", runtime.NumCPU())},
+			dockerd20: &answer{400, fmt.Sprintf("Range of CPUs is from 0.01 to %[1]d.00, as there are only %[1]d CPUs available", runtime.NumCPU())}},
 		{name: "create: 8 MiB body", method: "POST", path: "/containers/create", body: bigEnv,
 			want: answer{404, "No such image: " + missingImage + ":latest"}},
 
