@@ -74,12 +74,12 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 	opts.Remove = opts.ForceRemove || boolValueOrDefault(r, "rm", true)
 	if v := r.Form.Get("buildargs"); v != "" {
 		if err := json.Unmarshal([]byte(v), &opts.BuildArgs); err != nil {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("failed to parse buildargs: %v", err))
+			return errdefs.ErrInvalidArgument.WithMessage("error reading build args: " + err.Error())
 		}
 	}
 	if v := r.Form.Get("labels"); v != "" {
 		if err := json.Unmarshal([]byte(v), &opts.Labels); err != nil {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("failed to parse labels: %v", err))
+			return errdefs.ErrInvalidArgument.WithMessage("error reading labels: " + err.Error())
 		}
 	}
 	if p := opts.Platform; p != "" && p != "linux" && p != "linux/amd64" {

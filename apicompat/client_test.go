@@ -148,7 +148,7 @@ func TestRealClient(t *testing.T) {
 	if !cerrdefs.IsNotFound(err) || !strings.Contains(err.Error(), "No such container: x") {
 		t.Errorf("inspect missing: %v", err)
 	}
-	_, err = c.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "bad name", Config: &container.Config{Image: "alpine"}})
+	_, err = c.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "bad name", Config: &container.Config{Image: "localhost:5000/a/b:1"}})
 	if !cerrdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "Invalid container name (bad name)") {
 		t.Errorf("create bad name: %v", err)
 	}

@@ -40,6 +40,11 @@ func (s *server) createContainer(ctx context.Context, w http.ResponseWriter, r *
 	}
 	name := r.Form.Get("name")
 	if name != "" && !validContainerName.MatchString(name) {
+		// dockerd resolves the image before it reserves the name, so a
+		// missing or malformed image is what it reports.
+		if _, err := s.cfg.Images.Inspect(ctx, req.Config.Image); errdefs.IsNotFound(err) || errdefs.IsInvalidArgument(err) {
+			return err
+		}
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid container name (%s), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed", name))
 	}
 	if req.HostConfig == nil {

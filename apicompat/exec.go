@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/husk-vm/husk/runtime/containers"
@@ -29,12 +30,13 @@ func (s *server) createExec(ctx context.Context, w http.ResponseWriter, r *http.
 	if err := parseForm(r); err != nil {
 		return err
 	}
-	if err := checkForJSON(r); err != nil {
+	var req container.ExecCreateRequest
+	if err := readJSON(r, &req); err != nil {
 		return err
 	}
-	var req container.ExecCreateRequest
-	if err := decodeJSONBody(r.Body, &req); err != nil {
-		return err
+	// dockerd checks this before it looks for the container.
+	if len(req.Cmd) == 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("No exec command specified")
 	}
 	id, err := s.cfg.Execs.ExecCreate(ctx, vars["name"], req)
 	if err != nil {
@@ -51,14 +53,9 @@ func (s *server) startExec(ctx context.Context, w http.ResponseWriter, r *http.R
 	if err := parseForm(r); err != nil {
 		return err
 	}
-	if err := checkForJSON(r); err != nil {
-		return err
-	}
 	var req container.ExecStartRequest
-	if r.ContentLength != 0 {
-		if err := decodeJSONBody(r.Body, &req); err != nil {
-			return err
-		}
+	if err := readJSON(r, &req); err != nil {
+		return err
 	}
 	id := vars["name"]
 	ex, err := s.cfg.Execs.ExecInspect(ctx, id)

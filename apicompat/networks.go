@@ -3,6 +3,7 @@ package apicompat
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/network"
@@ -76,12 +77,13 @@ func (s *server) createNetwork(ctx context.Context, w http.ResponseWriter, r *ht
 	if err != nil {
 		return err
 	}
-	if err := checkForJSON(r); err != nil {
+	var req network.CreateRequest
+	if err := readJSON(r, &req); err != nil {
 		return err
 	}
-	var req network.CreateRequest
-	if err := decodeJSONBody(r.Body, &req); err != nil {
-		return err
+	// libnetwork's check, made before any other.
+	if strings.TrimSpace(req.Name) == "" {
+		return errdefs.ErrInvalidArgument.WithMessage("invalid name: name is empty")
 	}
 	resp, err := n.Create(ctx, req)
 	if err != nil {
@@ -114,11 +116,8 @@ func (s *server) connectNetwork(ctx context.Context, w http.ResponseWriter, r *h
 	if err != nil {
 		return err
 	}
-	if err := checkForJSON(r); err != nil {
-		return err
-	}
 	var req network.ConnectRequest
-	if err := decodeJSONBody(r.Body, &req); err != nil {
+	if err := readJSON(r, &req); err != nil {
 		return err
 	}
 	if err := n.Connect(ctx, vars["name"], req); err != nil {
@@ -133,11 +132,8 @@ func (s *server) disconnectNetwork(ctx context.Context, w http.ResponseWriter, r
 	if err != nil {
 		return err
 	}
-	if err := checkForJSON(r); err != nil {
-		return err
-	}
 	var req network.DisconnectRequest
-	if err := decodeJSONBody(r.Body, &req); err != nil {
+	if err := readJSON(r, &req); err != nil {
 		return err
 	}
 	if err := n.Disconnect(ctx, vars["name"], req); err != nil {

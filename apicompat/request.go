@@ -95,6 +95,19 @@ func decodeJSONBody(body io.Reader, out any) error {
 	return nil
 }
 
+// readJSON is dockerd's httputils.ReadJSON, which the endpoints other than
+// container create use since moby v23: the body must be declared JSON, and
+// an empty one is not an error but leaves out as it is.
+func readJSON(r *http.Request, out any) error {
+	if err := checkForJSON(r); err != nil {
+		return err
+	}
+	if r.Body == nil || r.ContentLength == 0 {
+		return nil
+	}
+	return decodeJSONBody(r.Body, out)
+}
+
 // parseFilters reads the "filters" query parameter in both encodings moby's
 // filters package accepts: {"key":["v"]} and the older {"key":{"v":true}}.
 func parseFilters(r *http.Request) (map[string][]string, error) {

@@ -134,8 +134,11 @@ func TestRequests(t *testing.T) {
 			wantBody: jsonError("unsupported Content-Type header (text/plain): must be 'application/json'")},
 		{name: "create no config", method: "POST", path: "/containers/create", body: `{}`, header: jsonCT, status: 400,
 			wantBody: jsonError("config cannot be empty in order to create a container")},
-		{name: "create bad name", method: "POST", path: "/containers/create?name=a%20b", body: `{"Image":"a"}`, header: jsonCT, status: 400,
+		{name: "create bad name", method: "POST", path: "/containers/create?name=a%20b", body: `{"Image":"localhost:5000/a/b:1"}`, header: jsonCT, status: 400,
 			wantBody: jsonError("Invalid container name (a b), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed")},
+		// dockerd looks the image up before the name.
+		{name: "create bad name, missing image", method: "POST", path: "/containers/create?name=a%20b", body: `{"Image":"missing"}`, header: jsonCT, status: 404,
+			wantBody: jsonError("No such image: missing")},
 		{name: "create missing image", method: "POST", path: "/containers/create", body: `{"Image":"missing"}`, header: jsonCT, status: 404,
 			wantBody: jsonError("No such image: missing:latest")},
 

@@ -2,6 +2,7 @@ package apicompat
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/containerd/errdefs"
@@ -47,7 +48,7 @@ func (s *server) listVolumes(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	filters, err := parseFilters(r)
 	if err != nil {
-		return err
+		return fmt.Errorf("error reading volume filters: %w", err)
 	}
 	list, err := v.List(ctx, filters)
 	if err != nil {
@@ -73,11 +74,8 @@ func (s *server) createVolume(ctx context.Context, w http.ResponseWriter, r *htt
 	if err != nil {
 		return err
 	}
-	if err := checkForJSON(r); err != nil {
-		return err
-	}
 	var req volume.CreateRequest
-	if err := decodeJSONBody(r.Body, &req); err != nil {
+	if err := readJSON(r, &req); err != nil {
 		return err
 	}
 	if req.ClusterVolumeSpec != nil {

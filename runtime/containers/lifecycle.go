@@ -830,8 +830,12 @@ func memoryMiB(hc *container.HostConfig, def int) int {
 
 func cpus(hc *container.HostConfig, def int) int {
 	if hc != nil && hc.NanoCPUs > 0 {
-		n := int((hc.NanoCPUs + 999_999_999) / 1_000_000_000)
-		return n
+		// Rounded up without the overflow of adding first.
+		n := hc.NanoCPUs / 1_000_000_000
+		if hc.NanoCPUs%1_000_000_000 != 0 {
+			n++
+		}
+		return int(n)
 	}
 	return def
 }

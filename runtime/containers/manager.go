@@ -259,6 +259,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if err := container.ValidateRestartPolicy(hc.RestartPolicy); err != nil {
 		return resp, errdefs.ErrInvalidArgument.WithMessage(err.Error())
 	}
+	if err := validateNanoCPUs(hc.NanoCPUs); err != nil {
+		return resp, err
+	}
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
 	}
