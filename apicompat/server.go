@@ -40,6 +40,8 @@ type Config struct {
 	Events Events
 	// Stats serves GET /containers/{name}/stats; nil answers 501.
 	Stats ContainerStats
+	// Files serves diff, export and commit; nil answers 501.
+	Files ContainerFiles
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -163,6 +165,9 @@ func (s *server) initRoutes() {
 	s.initVolumeRoutes()
 	s.handle(http.MethodGet, "/events", s.getEvents)
 	s.handle(http.MethodGet, "/containers/{name}/stats", s.getStats)
+	s.handle(http.MethodGet, "/containers/{name}/changes", s.containerChanges)
+	s.handle(http.MethodGet, "/containers/{name}/export", s.exportContainer)
+	s.handle(http.MethodPost, "/commit", s.postCommit)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

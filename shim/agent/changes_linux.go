@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -121,85 +122,142 @@ func (a *Agent) changesOp(ctx context.Context, s *stream, req *proto.Request) er
 }
 
 // layerChanges lists what upper (an overlay upper directory) changes
-// relative to lowers, as dockerd's overlay2 driver reports it
-// (archive.OverlayChanges): a whiteout or an opaque directory is a
-// deletion; anything else is a modification if some lower has the path,
-// else an addition; a directory that exists below with the same size,
-// mode and mtime was only copied up for its children and is left out,
-// but the parent of an addition or deletion is always reported. The order
-// is the walk's: lexical, parents first.
+// relative to lowers (top first), with the results of dockerd 20.10's
+// naive diff (archive.ChangesDirs), which is what it reports on this
+// kernel: a whiteout deletes its path; an opaque directory deletes every
+// lower entry it hides; a path no lower has is added, with everything
+// under it; a path a lower has is changed when its mode, owner or device
+// differ, or, for anything but a directory, its size or mtime; and a
+// directory with any change beneath it is changed. The order is the
+// walk's: lexical, each directory before what is under it. Only the
+// upper directory is walked, so the cost is that of the changes, not of
+// the image.
 func layerChanges(ctx context.Context, upper string, lowers []string) ([]proto.Change, error) {
 	var out []proto.Change
-	changedDirs := map[string]bool{}
-	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			// The container may remove files as we walk.
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
+	err := diffDir(ctx, upper, lowers, "", false, &out)
+	return out, err
+}
+
+// diffDir appends the changes under rel (relative to upper, "" for the
+// root). hidden says that the lowers' content at rel is hidden by an
+// opaque directory, or is not there at all.
+func diffDir(ctx context.Context, upper string, lowers []string, rel string, hidden bool, out *[]proto.Change) error {
+	ents, err := os.ReadDir(filepath.Join(upper, rel))
+	if err != nil {
+		// The container may remove a directory as we walk.
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
 		}
+		return err
+	}
+	for _, e := range ents {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(upper, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if agentMountPoints[rel] {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
+		r := path.Join(rel, e.Name())
+		if agentMountPoints[r] {
+			continue
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
+		if err := unix.Lstat(filepath.Join(upper, r), &st); err != nil {
 			if errors.Is(err, unix.ENOENT) {
-				return nil
+				continue
 			}
-			return fmt.Errorf("stat %s: %w", rel, err)
+			return fmt.Errorf("stat %s: %w", r, err)
+		}
+		abs := "/" + r
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0 {
+			*out = append(*out, proto.Change{Path: abs, Kind: proto.ChangeDelete})
+			continue
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
-		ch := proto.Change{Path: "/" + rel, Kind: proto.ChangeAdd}
+		var lower unix.Stat_t
+		found := false
+		if !hidden {
+			found, err = lowerStat(lowers, r, &lower)
+			if err != nil {
+				return err
+			}
+		}
 		switch {
-		case st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0:
-			ch.Kind = proto.ChangeDelete
-		case isDir && xattrs(p)[overlayXattrPrefix+"opaque"] == "y":
-			ch.Kind = proto.ChangeDelete
-		default:
-			for _, l := range lowers {
-				var ls unix.Stat_t
-				err := unix.Stat(filepath.Join(l, rel), &ls)
-				if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-					continue
+		case !found:
+			*out = append(*out, proto.Change{Path: abs, Kind: proto.ChangeAdd})
+			if isDir {
+				if err := diffDir(ctx, upper, lowers, r, true, out); err != nil {
+					return err
 				}
-				if err != nil {
-					return fmt.Errorf("stat %s below: %w", rel, err)
-				}
-				if isDir && ls.Mode&unix.S_IFMT == unix.S_IFDIR && st.Size == ls.Size && st.Mode == ls.Mode && sameFsTime(st.Mtim, ls.Mtim) {
-					return nil
-				}
-				ch.Kind = proto.ChangeModify
-				break
 			}
-		}
-		if isDir {
-			changedDirs[ch.Path] = true
-		}
-		if ch.Kind != proto.ChangeModify {
-			if parent := path.Dir(ch.Path); parent != "/" && !changedDirs[parent] {
-				out = append(out, proto.Change{Path: parent, Kind: proto.ChangeModify})
-				changedDirs[parent] = true
+		case isDir:
+			mark := len(*out)
+			changed := statDiffers(&lower, &st)
+			if changed {
+				*out = append(*out, proto.Change{Path: abs, Kind: proto.ChangeModify})
 			}
+			opaque := xattrs(filepath.Join(upper, r))[overlayXattrPrefix+"opaque"] == "y"
+			if opaque {
+				if err := hiddenDeletions(upper, lowers, r, out); err != nil {
+					return err
+				}
+			}
+			if err := diffDir(ctx, upper, lowers, r, opaque, out); err != nil {
+				return err
+			}
+			if !changed && len(*out) > mark {
+				*out = slices.Insert(*out, mark, proto.Change{Path: abs, Kind: proto.ChangeModify})
+			}
+		case statDiffers(&lower, &st):
+			*out = append(*out, proto.Change{Path: abs, Kind: proto.ChangeModify})
 		}
-		out = append(out, ch)
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	return out, nil
+	return nil
+}
+
+// lowerStat stats rel in the first lower that has it.
+func lowerStat(lowers []string, rel string, st *unix.Stat_t) (bool, error) {
+	for _, l := range lowers {
+		err := unix.Lstat(filepath.Join(l, rel), st)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("stat %s below: %w", rel, err)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// hiddenDeletions appends a deletion for each entry of the lowers' rel
+// that the opaque upper directory rel does not have again.
+func hiddenDeletions(upper string, lowers []string, rel string, out *[]proto.Change) error {
+	seen := map[string]bool{}
+	for _, l := range lowers {
+		ents, err := os.ReadDir(filepath.Join(l, rel))
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if seen[e.Name()] {
+				continue
+			}
+			seen[e.Name()] = true
+			var st unix.Stat_t
+			if err := unix.Lstat(filepath.Join(upper, rel, e.Name()), &st); errors.Is(err, unix.ENOENT) {
+				*out = append(*out, proto.Change{Path: "/" + path.Join(rel, e.Name()), Kind: proto.ChangeDelete})
+			}
+		}
+	}
+	return nil
+}
+
+// statDiffers is dockerd's statDifferent: mode, owner and device always;
+// size and mtime only for what is not a directory, whose size and mtime
+// say nothing about a change.
+func statDiffers(a, b *unix.Stat_t) bool {
+	if a.Mode != b.Mode || a.Uid != b.Uid || a.Gid != b.Gid || a.Rdev != b.Rdev {
+		return true
+	}
+	return a.Mode&unix.S_IFMT != unix.S_IFDIR && (!sameFsTime(a.Mtim, b.Mtim) || a.Size != b.Size)
 }
 
 // sameFsTime compares mtimes as dockerd does: tar keeps whole seconds, so

@@ -5,8 +5,8 @@ package proto
 // booted only for them; they need OpSetup first.
 //
 //   - OpChanges: one Response with Changes set: what the writable layer
-//     adds, changes and deletes relative to the image, in the order and
-//     with the rules of dockerd's overlay2 driver.
+//     adds, changes and deletes relative to the image, by the rules of
+//     dockerd's diff of two directory trees.
 //   - OpDiffLayer: a Response, then the writable layer as an uncompressed
 //     OCI layer tar (as OpCutLayer writes one, with the same paths left
 //     out), then a second Response. Nothing is cut: the root stays as it
