@@ -42,6 +42,8 @@ type Config struct {
 	Stats ContainerStats
 	// Files serves diff, export and commit; nil answers 501.
 	Files ContainerFiles
+	// Updater serves POST /containers/{name}/update; nil answers 501.
+	Updater ContainerUpdater
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -168,6 +170,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/containers/{name}/changes", s.containerChanges)
 	s.handle(http.MethodGet, "/containers/{name}/export", s.exportContainer)
 	s.handle(http.MethodPost, "/commit", s.postCommit)
+	s.handle(http.MethodPost, "/containers/{name}/update", s.updateContainer)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

@@ -174,6 +174,7 @@ func run(parent context.Context, cfg Config) error {
 	handler := apicompat.New(apicompat.Config{
 		Images:      imgAPI,
 		Files:       containerFiles{mgr: mgr, images: imgAPI},
+		Updater:     mgr,
 		Events:      bus,
 		Stats:       mgr,
 		Containers:  mgr,
