@@ -46,9 +46,11 @@ func TestApplyUpdate(t *testing.T) {
 			wantErr: "Restart policy cannot be updated because AutoRemove is enabled for the container",
 		},
 		{
-			name:  "restart policy",
-			opts:  UpdateOptions{RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyOnFailure, MaximumRetryCount: 2}},
-			check: func(hc container.HostConfig) bool { return hc.RestartPolicy.IsOnFailure() && hc.RestartPolicy.MaximumRetryCount == 2 },
+			name: "restart policy",
+			opts: UpdateOptions{RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyOnFailure, MaximumRetryCount: 2}},
+			check: func(hc container.HostConfig) bool {
+				return hc.RestartPolicy.IsOnFailure() && hc.RestartPolicy.MaximumRetryCount == 2
+			},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
