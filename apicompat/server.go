@@ -171,6 +171,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/containers/{name}/export", s.exportContainer)
 	s.handle(http.MethodPost, "/commit", s.postCommit)
 	s.handle(http.MethodPost, "/containers/{name}/update", s.updateContainer)
+	s.handle(http.MethodPost, "/images/prune", s.pruneImages)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route
