@@ -40,6 +40,10 @@ type Config struct {
 	Events Events
 	// Stats serves GET /containers/{name}/stats; nil answers 501.
 	Stats ContainerStats
+	// Files serves diff, export and commit; nil answers 501.
+	Files ContainerFiles
+	// Updater serves POST /containers/{name}/update; nil answers 501.
+	Updater ContainerUpdater
 
 	// MinAPIVersion and APIVersion bound the versions clients may ask for
 	// in a "/v1.NN/" prefix; they default to "1.24" and "1.50" (the API of
@@ -163,6 +167,11 @@ func (s *server) initRoutes() {
 	s.initVolumeRoutes()
 	s.handle(http.MethodGet, "/events", s.getEvents)
 	s.handle(http.MethodGet, "/containers/{name}/stats", s.getStats)
+	s.handle(http.MethodGet, "/containers/{name}/changes", s.containerChanges)
+	s.handle(http.MethodGet, "/containers/{name}/export", s.exportContainer)
+	s.handle(http.MethodPost, "/commit", s.postCommit)
+	s.handle(http.MethodPost, "/containers/{name}/update", s.updateContainer)
+	s.handle(http.MethodPost, "/images/prune", s.pruneImages)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

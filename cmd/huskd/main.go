@@ -170,8 +170,11 @@ func run(parent context.Context, cfg Config) error {
 		return fmt.Errorf("open builder: %w", err)
 	}
 
+	imgAPI := imageAPI{Service: images, disks: disks, log: logger, events: bus}
 	handler := apicompat.New(apicompat.Config{
-		Images:      imageAPI{Service: images, disks: disks, log: logger, events: bus},
+		Images:      imgAPI,
+		Files:       containerFiles{mgr: mgr, images: imgAPI},
+		Updater:     mgr,
 		Events:      bus,
 		Stats:       mgr,
 		Containers:  mgr,

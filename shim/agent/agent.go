@@ -320,6 +320,8 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return a.layerOp(ctx, s, req)
 	case proto.OpArchiveStat, proto.OpArchiveGet, proto.OpArchivePut:
 		return a.archive(s, req)
+	case proto.OpChanges, proto.OpDiffLayer, proto.OpExport:
+		return a.changesOp(ctx, s, req)
 	}
 
 	p := a.lookup(req.ID)

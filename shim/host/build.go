@@ -1,9 +1,7 @@
 package host
 
 import (
-	"archive/tar"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -42,40 +40,5 @@ func (c *Client) ApplyLayer(ctx context.Context, r io.Reader) error {
 // applied layer to w as an OCI layer tar (proto.OpCutLayer). On error, what
 // was written to w is incomplete.
 func (c *Client) CutLayer(ctx context.Context, w io.Writer) error {
-	cl, _, err := c.do(ctx, proto.Request{Op: proto.OpCutLayer})
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	stop := context.AfterFunc(ctx, func() { cl.st.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	// Reading the tar through archive/tar finds its end exactly: the tee
-	// passes on the tar's bytes and nothing of the Response after them.
-	tr := tar.NewReader(io.TeeReader(cl.r, w))
-	for {
-		_, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err == nil {
-			_, err = io.Copy(io.Discard, tr)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("receive layer: %w (the agent stopped; see the VM's console log)", err)
-		}
-	}
-	resp, err := cl.readResponse()
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("cut layer: the agent did not finish it: %w", err)
-	}
-	if resp.Error != "" {
-		return &AgentError{Kind: resp.Kind, Message: resp.Error}
-	}
-	return nil
+	return c.receiveTar(ctx, proto.Request{Op: proto.OpCutLayer}, w)
 }

@@ -70,6 +70,7 @@ type Request struct {
 	Resize  *WindowSize  `json:"resize,omitempty"`
 	Refresh *RefreshSpec `json:"refresh,omitempty"`
 	Archive *ArchiveSpec `json:"archive,omitempty"`
+	Diff    *DiffSpec    `json:"diff,omitempty"`
 }
 
 // Response is the agent's answer line.
@@ -87,6 +88,8 @@ type Response struct {
 	Processes []ProcessInfo `json:"processes,omitempty"`
 	// Stats answers OpStats.
 	Stats *GuestStats `json:"stats,omitempty"`
+	// Changes answers OpChanges.
+	Changes []Change `json:"changes,omitempty"`
 }
 
 // ErrorKind lets the host map guest failures to the error Docker users see.

@@ -1,0 +1,147 @@
+package containers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
+)
+
+// minMemory is dockerd's smallest memory limit on Linux.
+const minMemory = 6 << 20
+
+// UpdateOptions are POST /containers/{id}/update's body.
+type UpdateOptions struct {
+	Resources     container.Resources
+	RestartPolicy container.RestartPolicy
+}
+
+// Update changes a container's resources and restart policy (docker
+// update), with dockerd's checks and its rule that a zero value leaves a
+// setting as it is. A stopped container takes the new values at its next
+// start. A running one keeps the VM it booted: --memory and --cpus size
+// that VM and QEMU here cannot resize it, so changing them is refused
+// until the container is stopped; the other resource settings are stored
+// as dockerd stores them.
+func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (container.UpdateResponse, error) {
+	resp := container.UpdateResponse{Warnings: []string{}}
+	if err := validateUpdate(opts); err != nil {
+		return resp, err
+	}
+	c, err := m.lookup(ref)
+	if err != nil {
+		return resp, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed {
+		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: container is marked for removal and cannot be \"update\"", c.rec.ID))
+	}
+	old := c.rec.HostConfig
+	if old == nil {
+		old = &container.HostConfig{}
+	}
+	hc := *old
+	if err := applyUpdate(&hc, opts); err != nil {
+		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: %v", c.rec.ID, err))
+	}
+	if c.run != nil && (memoryMiB(&hc, m.guest.MemoryMiB) != memoryMiB(old, m.guest.MemoryMiB) || cpus(&hc, m.guest.CPUs) != cpus(old, m.guest.CPUs)) {
+		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: --memory and --cpus size the container's VM, which cannot be resized while it runs; stop the container, update it and start it again", c.rec.ID))
+	}
+	c.rec.HostConfig = &hc
+	if err := c.save(); err != nil {
+		c.rec.HostConfig = old
+		return resp, fmt.Errorf("Cannot update container %s: %w", c.rec.ID, err)
+	}
+	c.emitLocked(events.ActionUpdate, nil)
+	return resp, nil
+}
+
+// validateUpdate is what dockerd checks of an update before it looks at
+// the container.
+func validateUpdate(opts UpdateOptions) error {
+	if opts.RestartPolicy.Name != "" {
+		if err := container.ValidateRestartPolicy(opts.RestartPolicy); err != nil {
+			return errdefs.ErrInvalidArgument.WithMessage(err.Error())
+		}
+	}
+	r := opts.Resources
+	if r.Memory != 0 && r.Memory < minMemory {
+		return errdefs.ErrInvalidArgument.WithMessage("Minimum memory limit allowed is 6MB")
+	}
+	if n := int64(runtime.NumCPU()); r.NanoCPUs < 0 || r.NanoCPUs > n*1e9 || (r.NanoCPUs > 0 && r.NanoCPUs < 1e7) {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Range of CPUs is from 0.01 to %d.00, as there are only %d CPUs available", n, n))
+	}
+	return nil
+}
+
+// applyUpdate copies the settings opts gives into hc, as dockerd's
+// UpdateContainer does; its errors are the conflicts dockerd reports.
+func applyUpdate(hc *container.HostConfig, opts UpdateOptions) error {
+	r, cur := opts.Resources, &hc.Resources
+	switch {
+	case r.NanoCPUs > 0 && cur.CPUPeriod > 0:
+		return errors.New("Conflicting options: Nano CPUs cannot be updated as CPU Period has already been set")
+	case r.NanoCPUs > 0 && cur.CPUQuota > 0:
+		return errors.New("Conflicting options: Nano CPUs cannot be updated as CPU Quota has already been set")
+	case r.CPUPeriod > 0 && cur.NanoCPUs > 0:
+		return errors.New("Conflicting options: CPU Period cannot be updated as NanoCPUs has already been set")
+	case r.CPUQuota > 0 && cur.NanoCPUs > 0:
+		return errors.New("Conflicting options: CPU Quota cannot be updated as NanoCPUs has already been set")
+	}
+	setIf(&cur.BlkioWeight, r.BlkioWeight)
+	setIf(&cur.CPUShares, r.CPUShares)
+	setIf(&cur.NanoCPUs, r.NanoCPUs)
+	setIf(&cur.CPUPeriod, r.CPUPeriod)
+	setIf(&cur.CPUQuota, r.CPUQuota)
+	setIf(&cur.CpusetCpus, r.CpusetCpus)
+	setIf(&cur.CpusetMems, r.CpusetMems)
+	if r.Memory != 0 {
+		if r.Memory > cur.MemorySwap && r.MemorySwap == 0 {
+			return errors.New("Memory limit should be smaller than already set memoryswap limit, update the memoryswap at the same time")
+		}
+		cur.Memory = r.Memory
+	}
+	setIf(&cur.MemorySwap, r.MemorySwap)
+	setIf(&cur.MemoryReservation, r.MemoryReservation)
+	setIf(&cur.CPURealtimePeriod, r.CPURealtimePeriod)
+	setIf(&cur.CPURealtimeRuntime, r.CPURealtimeRuntime)
+	if r.BlkioWeightDevice != nil {
+		cur.BlkioWeightDevice = r.BlkioWeightDevice
+	}
+	if r.BlkioDeviceReadBps != nil {
+		cur.BlkioDeviceReadBps = r.BlkioDeviceReadBps
+	}
+	if r.BlkioDeviceWriteBps != nil {
+		cur.BlkioDeviceWriteBps = r.BlkioDeviceWriteBps
+	}
+	if r.BlkioDeviceReadIOps != nil {
+		cur.BlkioDeviceReadIOps = r.BlkioDeviceReadIOps
+	}
+	if r.BlkioDeviceWriteIOps != nil {
+		cur.BlkioDeviceWriteIOps = r.BlkioDeviceWriteIOps
+	}
+	if r.PidsLimit != nil {
+		cur.PidsLimit = r.PidsLimit
+	}
+	if opts.RestartPolicy.Name != "" {
+		if hc.AutoRemove && opts.RestartPolicy.Name != container.RestartPolicyDisabled {
+			return errors.New("Restart policy cannot be updated because AutoRemove is enabled for the container")
+		}
+		hc.RestartPolicy = opts.RestartPolicy
+	}
+	return nil
+}
+
+// setIf sets *dst to v unless v is the zero value, which leaves a setting
+// alone in an update.
+func setIf[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
+}

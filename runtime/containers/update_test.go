@@ -1,0 +1,90 @@
+package containers
+
+import (
+	"testing"
+
+	"github.com/moby/moby/api/types/container"
+)
+
+func TestApplyUpdate(t *testing.T) {
+	pids := int64(50)
+	for _, tt := range []struct {
+		name    string
+		start   container.HostConfig
+		opts    UpdateOptions
+		check   func(hc container.HostConfig) bool
+		wantErr string
+	}{
+		{
+			name:  "zero values leave settings alone",
+			start: container.HostConfig{Resources: container.Resources{CPUShares: 512, Memory: 1 << 30, MemorySwap: -1}},
+			opts:  UpdateOptions{Resources: container.Resources{PidsLimit: &pids}},
+			check: func(hc container.HostConfig) bool {
+				return hc.CPUShares == 512 && hc.Memory == 1<<30 && *hc.PidsLimit == 50
+			},
+		},
+		{
+			name:    "memory above the set swap needs a swap",
+			opts:    UpdateOptions{Resources: container.Resources{Memory: 256 << 20}},
+			wantErr: "Memory limit should be smaller than already set memoryswap limit, update the memoryswap at the same time",
+		},
+		{
+			name:  "memory with unlimited swap",
+			opts:  UpdateOptions{Resources: container.Resources{Memory: 256 << 20, MemorySwap: -1}},
+			check: func(hc container.HostConfig) bool { return hc.Memory == 256<<20 && hc.MemorySwap == -1 },
+		},
+		{
+			name:    "CPUs after a CPU quota",
+			start:   container.HostConfig{Resources: container.Resources{CPUQuota: 50000}},
+			opts:    UpdateOptions{Resources: container.Resources{NanoCPUs: 1e9}},
+			wantErr: "Conflicting options: Nano CPUs cannot be updated as CPU Quota has already been set",
+		},
+		{
+			name:    "restart policy of an auto-removed container",
+			start:   container.HostConfig{AutoRemove: true},
+			opts:    UpdateOptions{RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyAlways}},
+			wantErr: "Restart policy cannot be updated because AutoRemove is enabled for the container",
+		},
+		{
+			name: "restart policy",
+			opts: UpdateOptions{RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyOnFailure, MaximumRetryCount: 2}},
+			check: func(hc container.HostConfig) bool {
+				return hc.RestartPolicy.IsOnFailure() && hc.RestartPolicy.MaximumRetryCount == 2
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			hc := tt.start
+			err := applyUpdate(&hc, tt.opts)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(hc) {
+				t.Errorf("host config after the update: %+v", hc)
+			}
+		})
+	}
+}
+
+func TestValidateUpdate(t *testing.T) {
+	for _, tt := range []struct {
+		opts    UpdateOptions
+		wantErr bool
+	}{
+		{UpdateOptions{Resources: container.Resources{Memory: 4 << 20}}, true},
+		{UpdateOptions{Resources: container.Resources{NanoCPUs: 1e6}}, true},
+		{UpdateOptions{Resources: container.Resources{NanoCPUs: 1e9}}, false},
+		{UpdateOptions{RestartPolicy: container.RestartPolicy{Name: "bogus"}}, true},
+		{UpdateOptions{}, false},
+	} {
+		if err := validateUpdate(tt.opts); (err != nil) != tt.wantErr {
+			t.Errorf("validateUpdate(%+v) = %v, want error %v", tt.opts, err, tt.wantErr)
+		}
+	}
+}
