@@ -169,10 +169,23 @@ func TestConnectRunning(t *testing.T) {
 		// VM started with that NIC in the same slot.
 		mustDocker(t, "checkpoint", "create", first, "cp")
 		mustDocker(t, "start", "--checkpoint", "cp", first)
-		if got := guestIfaces(t, first); len(got) != 2 {
-			t.Errorf("interfaces after restoring a checkpoint: %q, want two", got)
+		// The restored container's interfaces are named afresh, as the
+		// network's records name them.
+		got := guestIfaces(t, first)
+		if len(got) != 2 || !strings.HasPrefix(got[0], "eth0 ") || !strings.HasPrefix(got[1], "eth1 ") {
+			t.Errorf("interfaces after restoring a checkpoint: %q, want eth0 and eth1", got)
 		}
 		fetch("after restoring a checkpoint")
+		// The restored VM's NICs unplug and plug like any.
+		mustDocker(t, "network", "disconnect", netB, first)
+		if got := guestIfaces(t, first); len(got) != 1 || !strings.HasPrefix(got[0], "eth0 ") {
+			t.Errorf("interfaces after a disconnect in the restored VM: %q, want eth0", got)
+		}
+		mustDocker(t, "network", "connect", netB, first)
+		if got := guestIfaces(t, first); len(got) != 2 || !strings.HasPrefix(got[1], "eth2 ") {
+			t.Errorf("interfaces after a connect in the restored VM: %q, want eth0 and eth2", got)
+		}
+		fetch("after a connect in the restored VM")
 	}
 	// A new boot has the network from the start, in name order.
 	mustDocker(t, "restart", "-t", "1", first)
