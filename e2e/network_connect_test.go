@@ -165,6 +165,16 @@ func TestConnectRunning(t *testing.T) {
 	fetch("after reconnect")
 
 	if s.Kind == "huskd" {
+		// The VM outlives a daemon killed with SIGKILL; the new daemon
+		// finds its hot-plugged NIC and unplugs and plugs it, and the
+		// interface names go on from where they were.
+		crashDaemon(t)
+		mustDocker(t, "network", "disconnect", netB, first)
+		mustDocker(t, "network", "connect", netB, first)
+		if got := guestIfaces(t, first); len(got) != 2 || !strings.HasPrefix(got[1], "eth3 ") {
+			t.Errorf("interfaces after a reconnect under a new daemon: %q, want eth0 and eth3", got)
+		}
+		fetch("after a reconnect under a new daemon")
 		// A checkpoint of the VM with its hot-plugged NIC restores into a
 		// VM started with that NIC in the same slot.
 		mustDocker(t, "checkpoint", "create", first, "cp")
