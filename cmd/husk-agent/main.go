@@ -71,6 +71,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		PowerOff:    agent.PowerOff,
 		ReapOrphans: pid1,
 		Refresher:   agent.GuestRefresher{},
+		Interfaces:  agent.GuestInterfaces{},
 	})
 	if err != nil {
 		return err

@@ -128,9 +128,8 @@ func (m *Manager) IsRunning(id string) bool {
 	return c.run != nil
 }
 
-// Connect adds a network to a container that is not running. A VM gets
-// its interfaces when it boots (the VMM contract has no NIC hot-plug), so
-// a running container is refused rather than silently left unconnected.
+// Connect adds a network to a container. A running container's VM gets a
+// NIC by hot-plug (hotplug.go); any other gets it at its next boot.
 func (m *Manager) Connect(ctx context.Context, ref, netRef string, cfg *network.EndpointSettings) error {
 	if m.net == nil {
 		return errdefs.ErrNotImplemented.WithMessage("this daemon has no networks")
@@ -149,23 +148,21 @@ func (m *Manager) Connect(ctx context.Context, ref, netRef string, cfg *network.
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.run != nil {
-		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("husk cannot connect running container %s to a network: its VM gets its interfaces at boot; stop it, connect, and start it again", c.rec.Name))
-	}
 	if _, ok := c.rec.Networks[name]; ok {
 		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("endpoint with name %s already exists in network %s", c.rec.Name, name))
 	}
 	if _, none := c.rec.Networks[husknet.NoneName]; none || name == husknet.NoneName && len(c.rec.Networks) > 0 {
 		return errdefs.ErrPermissionDenied.WithMessage("container cannot be disconnected from network none and connected to other networks")
 	}
-	if c.rec.Networks == nil {
-		c.rec.Networks = map[string]*network.EndpointSettings{}
+	if c.run != nil {
+		return c.connectRunning(ctx, name, eps[name])
 	}
-	c.rec.Networks[name] = eps[name]
+	c.addNetworkLocked(name, eps[name])
 	return c.save()
 }
 
-// Disconnect removes a network from a container that is not running.
+// Disconnect removes a network from a container; a running container's
+// VM loses the NIC (hotplug.go).
 func (m *Manager) Disconnect(ctx context.Context, ref, netRef string, force bool) error {
 	if m.net == nil {
 		return errdefs.ErrNotImplemented.WithMessage("this daemon has no networks")
@@ -184,7 +181,7 @@ func (m *Manager) Disconnect(ctx context.Context, ref, netRef string, force bool
 		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("container %s is not connected to network %s", c.rec.ID, name))
 	}
 	if c.run != nil {
-		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("husk cannot disconnect running container %s from a network: stop it first", c.rec.Name))
+		return c.disconnectRunning(ctx, name)
 	}
 	delete(c.rec.Networks, name)
 	return c.save()

@@ -72,6 +72,17 @@ type sandboxRecord struct {
 	Hostname    string
 	Endpoints   []endpointRecord
 	Ports       []portRecord
+	// What ConnectRunning and DisconnectRunning need to change a running
+	// container's guest as Attach configured it: the hosts line's names,
+	// the DNS server its resolv.conf names (none: the host's resolvers),
+	// its --dns flags, and the index of the next interface (ethN), which
+	// dockerd never reuses while the container runs.
+	Domainname string     `json:",omitempty"`
+	DNSServer  netip.Addr `json:",omitzero"`
+	DNS        []string   `json:",omitempty"`
+	DNSSearch  []string   `json:",omitempty"`
+	DNSOptions []string   `json:",omitempty"`
+	NextIface  int        `json:",omitempty"`
 }
 
 type endpointRecord struct {
@@ -86,6 +97,8 @@ type endpointRecord struct {
 	// DNSNames are the names the endpoint answers to on its network.
 	DNSNames []string `json:",omitempty"`
 	Gateway  bool     `json:",omitempty"` // carries the default route
+	// Iface is the interface's name in the guest ("eth1").
+	Iface string `json:",omitempty"`
 }
 
 // sandbox is a sandboxRecord and its live listeners.
@@ -210,7 +223,11 @@ func (m *Manager) Attach(ctx context.Context, req Request) (_ *Attachment, err e
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	sb := &sandbox{rec: sandboxRecord{ContainerID: req.ContainerID, Name: req.Name, Hostname: req.Hostname}}
+	sb := &sandbox{rec: sandboxRecord{ContainerID: req.ContainerID, Name: req.Name, Hostname: req.Hostname,
+		Domainname: req.Domainname, DNSSearch: req.DNSSearch, DNSOptions: req.DNSOptions}}
+	for _, a := range req.DNS {
+		sb.rec.DNS = append(sb.rec.DNS, a.String())
+	}
 	defer func() {
 		if err != nil {
 			m.releaseLocked(sb)
@@ -252,7 +269,7 @@ func (m *Manager) Attach(ctx context.Context, req Request) (_ *Attachment, err e
 		ep := endpointRecord{
 			Network: n.rec.Name, NetworkID: n.rec.ID, EndpointID: epID,
 			Tap: tapName(req.ContainerID, len(sb.rec.Endpoints)), MAC: mac, Addr: addr,
-			Aliases: slices.Clone(cfg.Aliases),
+			Aliases: slices.Clone(cfg.Aliases), Iface: fmt.Sprintf("eth%d", len(sb.rec.Endpoints)),
 		}
 		if n.rec.Name != BridgeName {
 			ep.DNSNames = dnsNames(req.Name, cfg.Aliases, req.ContainerID, req.Hostname)
@@ -270,6 +287,10 @@ func (m *Manager) Attach(ctx context.Context, req Request) (_ *Attachment, err e
 	if err := m.openPortsLocked(sb, req); err != nil {
 		return nil, err
 	}
+	sb.rec.NextIface = len(sb.rec.Endpoints)
+	if !bridgeOnly {
+		sb.rec.DNSServer = firstDNSServer(m.nets, sb.rec.Endpoints)
+	}
 	// Persist before creating TAPs: a crash from here on leaves a record
 	// that the next Start releases, never an address or TAP nobody owns.
 	if err := writeJSON(m.sandboxPath(req.ContainerID), sb.rec); err != nil {
@@ -279,14 +300,14 @@ func (m *Manager) Attach(ctx context.Context, req Request) (_ *Attachment, err e
 	att := &Attachment{Guest: &proto.NetworkSpec{}}
 	var own netip.Addr
 	var dnsServer netip.Addr
-	for i, ep := range sb.rec.Endpoints {
+	for _, ep := range sb.rec.Endpoints {
 		n := m.nets[ep.NetworkID]
 		if err := m.links.addTap(ep.Tap, n.rec.Bridge); err != nil {
 			return nil, err
 		}
 		att.Nets = append(att.Nets, vmm.Net{Tap: ep.Tap, MAC: ep.MAC})
 		ifc := proto.InterfaceSpec{
-			MAC: ep.MAC, Name: fmt.Sprintf("eth%d", i),
+			MAC: ep.MAC, Name: ep.Iface,
 			Address: netip.PrefixFrom(ep.Addr, n.rec.Subnet.Bits()).String(),
 		}
 		if ep.Gateway {

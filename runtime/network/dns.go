@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,11 @@ import (
 // aliases, short ID, hostname) and forwards everything else to the host's
 // nameservers, as dockerd's embedded DNS does from 127.0.0.11.
 //
+// Like dockerd's embedded DNS, a container resolves the names of every
+// network it is on, whichever network's server it asks: after `docker
+// network connect`, its resolv.conf still names the server of its first
+// network. The server tells who asks by the source address.
+//
 // It keeps its own table, updated on attach and detach, so a query never
 // waits for the manager's lock.
 type dnsServers struct {
@@ -27,6 +33,8 @@ type dnsServers struct {
 	mu      sync.Mutex
 	servers map[string]*dnsServer                       // by network ID
 	names   map[string]map[string]map[string]netip.Addr // network ID → name → container ID → address
+	owners  map[string]map[netip.Addr]string            // network ID → address → container ID
+	joined  map[string]map[string]bool                  // container ID → its network IDs
 }
 
 type dnsServer struct {
@@ -35,7 +43,8 @@ type dnsServer struct {
 
 func newDNSServers(m *Manager, log *slog.Logger) *dnsServers {
 	return &dnsServers{log: log, resolvConf: m.opts.ResolvConf,
-		servers: map[string]*dnsServer{}, names: map[string]map[string]map[string]netip.Addr{}}
+		servers: map[string]*dnsServer{}, names: map[string]map[string]map[string]netip.Addr{},
+		owners: map[string]map[netip.Addr]string{}, joined: map[string]map[string]bool{}}
 }
 
 // serve starts the server of one network on addr:53; a running one is
@@ -123,6 +132,14 @@ func (d *dnsServers) add(containerID string, eps []endpointRecord) {
 			}
 			tbl[n][containerID] = ep.Addr
 		}
+		if d.owners[ep.NetworkID] == nil {
+			d.owners[ep.NetworkID] = map[netip.Addr]string{}
+		}
+		d.owners[ep.NetworkID][ep.Addr] = containerID
+		if d.joined[containerID] == nil {
+			d.joined[containerID] = map[string]bool{}
+		}
+		d.joined[containerID][ep.NetworkID] = true
 	}
 }
 
@@ -130,22 +147,56 @@ func (d *dnsServers) add(containerID string, eps []endpointRecord) {
 func (d *dnsServers) remove(containerID string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, tbl := range d.names {
-		for n, owners := range tbl {
-			delete(owners, containerID)
-			if len(owners) == 0 {
-				delete(tbl, n)
-			}
+	for networkID := range d.joined[containerID] {
+		d.leaveLocked(containerID, networkID)
+	}
+	delete(d.joined, containerID)
+}
+
+// removeEndpoint withdraws a container's names on one network.
+func (d *dnsServers) removeEndpoint(containerID, networkID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.leaveLocked(containerID, networkID)
+	delete(d.joined[containerID], networkID)
+}
+
+func (d *dnsServers) leaveLocked(containerID, networkID string) {
+	tbl := d.names[networkID]
+	for n, owners := range tbl {
+		delete(owners, containerID)
+		if len(owners) == 0 {
+			delete(tbl, n)
+		}
+	}
+	for a, c := range d.owners[networkID] {
+		if c == containerID {
+			delete(d.owners[networkID], a)
 		}
 	}
 }
 
-func (d *dnsServers) lookup(networkID, name string) []netip.Addr {
+// lookup answers name for a query from address from to the server of
+// networkID: the names of every network the asking container is on, or
+// of that network alone when the asker is unknown.
+func (d *dnsServers) lookup(networkID string, from netip.Addr, name string) []netip.Addr {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	nets := []string{networkID}
+	if c, ok := d.owners[networkID][from]; ok {
+		for n := range d.joined[c] {
+			if n != networkID {
+				nets = append(nets, n)
+			}
+		}
+	}
 	var out []netip.Addr
-	for _, a := range d.names[networkID][name] {
-		out = append(out, a)
+	for _, n := range nets {
+		for _, a := range d.names[n][name] {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
 	}
 	return out
 }
@@ -159,7 +210,7 @@ func (d *dnsServers) answer(networkID string, w dns.ResponseWriter, r *dns.Msg) 
 	}
 	q := r.Question[0]
 	name := strings.ToLower(strings.TrimSuffix(q.Name, "."))
-	addrs := d.lookup(networkID, name)
+	addrs := d.lookup(networkID, remoteAddr(w), name)
 	if len(addrs) > 0 {
 		m := new(dns.Msg)
 		m.SetReply(r)
@@ -179,6 +230,18 @@ func (d *dnsServers) answer(networkID string, w dns.ResponseWriter, r *dns.Msg) 
 		return
 	}
 	_ = w.WriteMsg(d.forward(r))
+}
+
+// remoteAddr is the IPv4 address a query came from.
+func remoteAddr(w dns.ResponseWriter) netip.Addr {
+	var ap netip.AddrPort
+	switch a := w.RemoteAddr().(type) {
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	}
+	return ap.Addr().Unmap()
 }
 
 // forward asks the host's nameservers; SERVFAIL when none answers.

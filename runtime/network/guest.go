@@ -30,17 +30,23 @@ func hostsFile(hostname, domainname string, own netip.Addr, extra []string) stri
 		b.WriteString(ip + "\t" + name + "\n")
 	}
 	if own.IsValid() {
-		fqdn := hostname
-		if domainname != "" {
-			fqdn += "." + domainname
-		}
-		names := fqdn
-		if short, _, ok := strings.Cut(fqdn, "."); ok {
-			names = fqdn + " " + short
-		}
-		b.WriteString(own.String() + "\t" + names + "\n")
+		b.WriteString(hostsLine(hostname, domainname, own) + "\n")
 	}
 	return b.String()
+}
+
+// hostsLine is the /etc/hosts line of one of the container's own
+// addresses: its FQDN and short hostname.
+func hostsLine(hostname, domainname string, addr netip.Addr) string {
+	fqdn := hostname
+	if domainname != "" {
+		fqdn += "." + domainname
+	}
+	names := fqdn
+	if short, _, ok := strings.Cut(fqdn, "."); ok {
+		names = fqdn + " " + short
+	}
+	return addr.String() + "\t" + names
 }
 
 // resolvConfig is what a container's /etc/resolv.conf is made of.

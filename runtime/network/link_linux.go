@@ -49,6 +49,17 @@ func (netlinkLinks) ensureBridge(name string, gw netip.Prefix) error {
 	case l.Type() != "bridge":
 		return fmt.Errorf("%s exists and is a %s, not a bridge", name, l.Type())
 	}
+	// A bridge's MAC follows its ports' unless set: when a container's
+	// TAP is its only port and is made again (a checkpoint restored into
+	// its container), the gateway's MAC would change under the guest's
+	// ARP cache, and the guest could not reach it for a minute. Fixed,
+	// and derived from the gateway's address (which no container gets),
+	// it also stays the same across daemon restarts.
+	if mac := macFor(gw.Addr()); l.Attrs().HardwareAddr.String() != mac.String() {
+		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
+			return fmt.Errorf("set MAC of bridge %s: %w", name, err)
+		}
+	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: gw.Addr().AsSlice(), Mask: net.CIDRMask(gw.Bits(), 32)}}
 	if err := netlink.AddrReplace(l, addr); err != nil {
 		return fmt.Errorf("address bridge %s with %s: %w", name, gw, err)

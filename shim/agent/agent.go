@@ -69,6 +69,10 @@ type Options struct {
 	// refuses OpRefresh (tests run the agent on a host they must not
 	// touch). cmd/husk-agent sets GuestRefresher.
 	Refresher Refresher
+	// Interfaces configures hot-plugged NICs on OpAddInterface and
+	// deconfigures them on OpRemoveInterface; nil refuses both, as for
+	// Refresher. cmd/husk-agent sets GuestInterfaces.
+	Interfaces Interfaces
 	// OutputLimit bounds the bytes held per output stream while no host
 	// stream takes them. Default 8 MiB.
 	OutputLimit int
@@ -313,6 +317,11 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return a.shutdown(ctx, s)
 	case proto.OpRefresh:
 		if err := a.refresh(ctx, req.Refresh); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{})
+	case proto.OpAddInterface, proto.OpRemoveInterface:
+		if err := a.changeInterface(ctx, req.Op, req.Interface); err != nil {
 			return err
 		}
 		return s.respond(proto.Response{})

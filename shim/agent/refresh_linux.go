@@ -161,8 +161,12 @@ func rewriteInPlace(path, content string) error {
 	return nil
 }
 
-// Readdress implements Refresher with ReaddressNetwork.
+// Readdress implements Refresher: the NICs take the spec's names by PCI
+// slot (nameBySlot), then ReaddressNetwork gives them their addresses.
 func (GuestRefresher) Readdress(ctx context.Context, spec *proto.NetworkSpec) error {
+	if err := nameBySlot(spec); err != nil {
+		return err
+	}
 	return ReaddressNetwork(ctx, spec)
 }
 

@@ -14,8 +14,9 @@
 // line, sent by the host. The agent answers with one Response line. What
 // follows depends on the Op:
 //
-//   - OpPing, OpSetup, OpSignal, OpResize, OpShutdown, OpForget, OpRefresh:
-//     nothing; the agent closes the stream.
+//   - OpPing, OpSetup, OpSignal, OpResize, OpShutdown, OpForget, OpRefresh,
+//     OpAddInterface, OpRemoveInterface: nothing; the agent closes the
+//     stream.
 //   - OpStart: after the first Response (Pid set, or Error), the stream stays
 //     open; when the process exits the agent sends a second Response with
 //     Exit set and closes the stream.
@@ -71,6 +72,9 @@ type Request struct {
 	Refresh *RefreshSpec `json:"refresh,omitempty"`
 	Archive *ArchiveSpec `json:"archive,omitempty"`
 	Diff    *DiffSpec    `json:"diff,omitempty"`
+	// Interface is the argument of OpAddInterface and OpRemoveInterface
+	// (netplug.go).
+	Interface *InterfaceChangeSpec `json:"interface,omitempty"`
 }
 
 // Response is the agent's answer line.

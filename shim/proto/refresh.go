@@ -31,8 +31,11 @@ type IdentitySpec struct {
 	// /etc/hosts and /etc/resolv.conf in place (they are bind mounts).
 	Hosts      string `json:"hosts,omitempty"`
 	ResolvConf string `json:"resolvConf,omitempty"`
-	// Network re-addresses the interfaces, found by their names from
-	// setup: each gets the new MAC and address, its old IPv4 addresses go,
+	// Network re-addresses the interfaces, found by their names (when
+	// the guest has one NIC per interface, it first renames them to
+	// these names in PCI slot order, which is the order of the restored
+	// VM's vmm.Config.Nets): each gets the new MAC and address, its old
+	// IPv4 addresses go,
 	// the default route is replaced, and the guest announces the new
 	// address with a gratuitous ARP. Nil leaves the interfaces alone.
 	Network *NetworkSpec `json:"network,omitempty"`

@@ -263,6 +263,39 @@ func (f *fakeCH) handle(endpoint string, body []byte) (int, any) {
 			mem["size"] = rz.DesiredRAM
 		}
 		return 204, nil
+	case "vm.add-net":
+		if f.state == "" {
+			return notCreated()
+		}
+		var nc map[string]any
+		if err := json.Unmarshal(body, &nc); err != nil {
+			return 400, []string{"Failed to deserialize JSON", err.Error()}
+		}
+		nets := list(f.config, "net")
+		for _, n := range append(nets, list(f.config, "disks")...) {
+			if str(n, "id") == str(nc, "id") {
+				return 500, chError("The new network device could not be added to the VM", "Identifier "+str(nc, "id")+" is not unique")
+			}
+		}
+		all, _ := f.config["net"].([]any)
+		f.config["net"] = append(all, nc)
+		return 200, map[string]string{"id": str(nc, "id"), "bdf": fmt.Sprintf("0000:00:%02x.0", 4+len(nets))}
+	case "vm.remove-device":
+		if f.state == "" {
+			return notCreated()
+		}
+		var rd VmRemoveDevice
+		if err := json.Unmarshal(body, &rd); err != nil {
+			return 400, []string{"Failed to deserialize JSON", err.Error()}
+		}
+		all, _ := f.config["net"].([]any)
+		for i, n := range all {
+			if o, ok := n.(map[string]any); ok && str(o, "id") == rd.ID {
+				f.config["net"] = append(all[:i:i], all[i+1:]...)
+				return 204, nil
+			}
+		}
+		return 404, chError("The device could not be removed from the VM", "Unknown device "+rd.ID)
 	case "vm.counters":
 		if f.state == "" {
 			return notCreated()

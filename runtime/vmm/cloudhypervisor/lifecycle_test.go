@@ -469,3 +469,57 @@ func TestStartFails(t *testing.T) {
 		t.Error("api socket still answers")
 	}
 }
+
+// TestNICHotplug plugs a NIC into a running VM of the fake and unplugs
+// the boot NIC, through requests the API description accepts.
+func TestNICHotplug(t *testing.T) {
+	d := fakeDriver(t, Options{})
+	ctx := testCtx(t)
+	f := makeFiles(t, t.TempDir())
+	mv, err := d.Start(ctx, config("vm1", vmDir(t, "vm1"), f, "tap-one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	killOnCleanup(t, mv)
+	h, ok := mv.(vmm.NICHotplugger)
+	if !ok {
+		t.Fatal("cloud-hypervisor machines do not hot-plug NICs")
+	}
+	m := mv.(*Machine)
+	if err := h.AddNIC(ctx, vmm.Net{Tap: "tap-two", MAC: "02:42:0A:7C:00:03"}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []NetConfig{{Tap: "tap-one", MAC: "52:54:00:12:34:56", ID: "net0"}, {Tap: "tap-two", MAC: "02:42:0a:7c:00:03", ID: "net1"}}
+	if !slices.Equal(info.Config.Net, want) {
+		t.Errorf("nets after AddNIC %+v, want %+v", info.Config.Net, want)
+	}
+	if err := h.AddNIC(ctx, vmm.Net{Tap: "tap-three", MAC: "02:42:0a:7c:00:03"}); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("AddNIC of a MAC the VM has: %v, want already exists", err)
+	}
+	if err := h.RemoveNIC(ctx, "52:54:00:12:34:56"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = m.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(info.Config.Net, want[1:]) {
+		t.Errorf("nets after RemoveNIC %+v, want %+v", info.Config.Net, want[1:])
+	}
+	if err := h.RemoveNIC(ctx, "52:54:00:12:34:56"); !errdefs.IsNotFound(err) {
+		t.Errorf("RemoveNIC of a NIC that is gone: %v, want not found", err)
+	}
+	// The next NIC takes the id the removed one freed.
+	if err := h.AddNIC(ctx, vmm.Net{Tap: "tap-four", MAC: "02:42:0a:7c:00:04"}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = m.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(info.Config.Net); n != 2 || info.Config.Net[1].ID != "net0" {
+		t.Errorf("nets after a second AddNIC %+v, want net1 and net0", info.Config.Net)
+	}
+}

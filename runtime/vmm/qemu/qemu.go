@@ -149,7 +149,7 @@ func (d *Driver) Name() string { return "qemu" }
 // Start implements vmm.Driver. It returns once QEMU answers query-status
 // on its monitor; the guest is still booting then.
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
-	m, err := d.launch(ctx, cfg, nil, "running")
+	m, err := d.launch(ctx, cfg, nil, nil, "running")
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +157,9 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 }
 
 // launch starts QEMU for cfg with extra arguments appended and returns once
-// its monitor reports wantStatus. On error nothing is left running.
-func (d *Driver) launch(ctx context.Context, cfg vmm.Config, extra []string, wantStatus string) (*Machine, error) {
+// its monitor reports wantStatus. netSlots places cfg.Nets (see
+// qemuArgsSlots). On error nothing is left running.
+func (d *Driver) launch(ctx context.Context, cfg vmm.Config, netSlots []int, extra []string, wantStatus string) (*Machine, error) {
 	if err := validate(cfg); err != nil {
 		return nil, err
 	}
@@ -172,7 +173,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, extra []string, wan
 	if pid, err := vmmproc.ReadPID(dir, pidFile); err == nil && isOurQEMU(pid, dir) {
 		return nil, fmt.Errorf("start vm %s: QEMU %d already runs in %s: %w", cfg.ID, pid, dir, errdefs.ErrConflict)
 	}
-	args, err := qemuArgs(d.machine, d.runAs, cfg)
+	args, err := qemuArgsSlots(d.machine, d.runAs, cfg, netSlots)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +216,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, extra []string, wan
 	log.Debug("qemu started", "args", args)
 	m := newMachine(dir, dirFD, cmd.Process.Pid, log)
 	m.signal = func(sig syscall.Signal) error { return cmd.Process.Signal(sig) }
-	l := d.layoutOf(cfg)
+	l := d.layoutOf(cfg, netSlots)
 	m.layout = &l
 	go func() {
 		err := cmd.Wait()
@@ -320,6 +321,19 @@ func validate(cfg vmm.Config) error {
 // its files are open, which also leaves it no way back. The filter cannot
 // also deny set*id calls: QEMU installs it before -runas switches user.
 func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
+	return qemuArgsSlots(machine, runAs, cfg, nil)
+}
+
+// qemuArgsSlots is qemuArgs with cfg.Nets[i] in NIC slot netSlots[i]
+// (an offset from firstNetSlot), as a restore must place the NICs of a VM
+// that had some hot-plugged; nil puts them in the first slots in order.
+func qemuArgsSlots(machine, runAs string, cfg vmm.Config, netSlots []int) ([]string, error) {
+	if netSlots == nil {
+		netSlots = denseSlots(len(cfg.Nets))
+	}
+	if len(netSlots) != len(cfg.Nets) {
+		return nil, fmt.Errorf("vm %s: %d NICs for %d NIC slots: %w", cfg.ID, len(cfg.Nets), len(netSlots), errdefs.ErrInvalidArgument)
+	}
 	abs := func(p string) (string, error) {
 		a, err := filepath.Abs(p)
 		if err != nil {
@@ -398,11 +412,15 @@ func qemuArgs(machine, runAs string, cfg vmm.Config) ([]string, error) {
 		netDev = "virtio-net-device"
 	}
 	for i, n := range cfg.Nets {
-		id := fmt.Sprintf("net%d", i)
-		// script=no: the caller made the TAP; QEMU only opens it.
+		slot := netSlots[i]
+		if slot < 0 || slot >= maxNets {
+			return nil, fmt.Errorf("vm %s: NIC slot %d out of range: %w", cfg.ID, slot, errdefs.ErrInvalidArgument)
+		}
+		// script=no: the caller made the TAP; QEMU only opens it. The
+		// device's id is what RemoveNIC unplugs.
 		args = append(args,
-			"-netdev", "tap,id="+id+",ifname="+optEscape(n.Tap)+",script=no,downscript=no",
-			"-device", netDev+",netdev="+id+",mac="+optEscape(n.MAC)+slotOpt(machine, firstNetSlot+i),
+			"-netdev", "tap,id="+netdevID(slot)+",ifname="+optEscape(n.Tap)+",script=no,downscript=no",
+			"-device", netDev+",id="+nicID(slot)+",netdev="+netdevID(slot)+",mac="+optEscape(n.MAC)+slotOpt(machine, firstNetSlot+slot),
 		)
 	}
 	shareArgs, err := sharesArgs(machine, dir(cfg), mem, cfg.Shares)
@@ -618,6 +636,11 @@ type Machine struct {
 	log    *slog.Logger
 	signal func(syscall.Signal) error
 	done   chan struct{}
+	// openTap attaches to a TAP for AddNIC; nil means the real one.
+	openTap func(name string) (*os.File, error)
+	// hotplug serialises NIC hot-plugs, which read, change and record
+	// the layout.
+	hotplug sync.Mutex
 
 	mu    sync.Mutex
 	dirFD *os.File

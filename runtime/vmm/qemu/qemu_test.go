@@ -292,6 +292,8 @@ func TestQEMUArgsShares(t *testing.T) {
 			{Tag: "husk0", Socket: filepath.Join(dir, "fs0.sock")},
 			{Tag: "husk1", Socket: "/elsewhere/a,b.sock"},
 		},
+		// NICs too, so the pinning check below covers them.
+		Nets: []vmm.Net{{Tap: "tap0", MAC: "02:42:0a:00:00:02"}, {Tap: "tap1", MAC: "02:42:0a:00:00:03"}},
 	}
 	args, err := qemuArgs(MachinePC, "nobody", cfg)
 	if err != nil {

@@ -58,6 +58,9 @@ type layout struct {
 	CPUs      int          `json:"cpus"`
 	Disks     []layoutDisk `json:"disks"`
 	Nets      int          `json:"nets"`
+	// NICs are the Nets NICs in slot order. Layouts written before NICs
+	// could be hot-plugged lack them; their NICs fill the first slots.
+	NICs []layoutNIC `json:"nics,omitempty"`
 	// Slots is the PCI slot plan the devices follow (pciSlotPlan on the
 	// pc machine, 0 on microvm): snapshots made before devices had fixed
 	// slots do not fit a VM that has them.
@@ -69,8 +72,46 @@ type layoutDisk struct {
 	Serial   string `json:"serial"`
 }
 
-func (d *Driver) layoutOf(cfg vmm.Config) layout {
+// layoutNIC is one NIC: its slot as an offset from firstNetSlot, and the
+// MAC the host gave it, by which RemoveNIC finds it.
+type layoutNIC struct {
+	Slot int    `json:"slot"`
+	MAC  string `json:"mac"`
+}
+
+// netSlots are the slots of the layout's NICs, in order.
+func (l layout) netSlots() []int {
+	if l.NICs == nil {
+		return denseSlots(l.Nets)
+	}
+	out := make([]int, len(l.NICs))
+	for i, n := range l.NICs {
+		out[i] = n.Slot
+	}
+	return out
+}
+
+// denseSlots are the slots of n NICs a VM booted with.
+func denseSlots(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// layoutOf is the layout of a VM started for cfg with cfg.Nets in
+// netSlots (nil: the first slots).
+func (d *Driver) layoutOf(cfg vmm.Config, netSlots []int) layout {
 	l := layout{Machine: d.machine, Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, CPUs: max(cfg.CPUs, 1), Nets: len(cfg.Nets)}
+	if netSlots == nil {
+		netSlots = denseSlots(len(cfg.Nets))
+	}
+	for i, n := range cfg.Nets {
+		if i < len(netSlots) {
+			l.NICs = append(l.NICs, layoutNIC{Slot: netSlots[i], MAC: n.MAC})
+		}
+	}
 	if d.machine == MachinePC {
 		l.Slots = pciSlotPlan
 	}
@@ -86,6 +127,8 @@ func (d *Driver) layoutOf(cfg vmm.Config) layout {
 	return l
 }
 
+// equal compares what the migration stream depends on. NIC slots are not
+// compared: a restore takes them from the snapshot's layout.
 func (l layout) equal(o layout) bool {
 	return l.Machine == o.Machine && l.Accel == o.Accel && l.MemoryMiB == o.MemoryMiB &&
 		l.CPUs == o.CPUs && l.Nets == o.Nets && l.Slots == o.Slots && slices.Equal(l.Disks, o.Disks)
@@ -254,7 +297,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	if err := json.Unmarshal(b, &want); err != nil {
 		return nil, fmt.Errorf("restore vm %s: decode snapshot layout: %w", cfg.ID, err)
 	}
-	if got := d.layoutOf(cfg); !got.equal(want) {
+	if got := d.layoutOf(cfg, nil); !got.equal(want) {
 		return nil, fmt.Errorf("restore vm %s: the snapshot was taken of a VM laid out as %+v, not %+v: %w",
 			cfg.ID, want, got, errdefs.ErrInvalidArgument)
 	}
@@ -264,7 +307,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	}
 	defer f.Close()
 
-	m, err := d.launch(ctx, cfg, []string{"-incoming", "defer"}, "inmigrate")
+	m, err := d.launch(ctx, cfg, want.netSlots(), []string{"-incoming", "defer"}, "inmigrate")
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +346,5 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	if err := q.Execute(ctx, "cont", nil, nil); err != nil {
 		return nil, fmt.Errorf("restore vm %s: resume: %w", cfg.ID, err)
 	}
-	m.layout = &want
 	return m, nil
 }

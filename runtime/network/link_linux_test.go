@@ -1,0 +1,46 @@
+package network
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+)
+
+// A bridge keeps its MAC, derived from its gateway address, while its
+// only TAP is deleted and made again, as when a checkpoint is restored
+// into its container: a guest's ARP entry for the gateway stays right.
+func TestBridgeMACIsFixed(t *testing.T) {
+	ns := newTestNetns(t)
+	gw := netip.MustParsePrefix("10.124.3.1/24")
+	want := macFor(gw.Addr()).String()
+	var macs []string
+	err := ns.do(t, func() error {
+		var l netlinkLinks
+		if err := l.ensureBridge("husk-test", gw); err != nil {
+			return err
+		}
+		for range 2 {
+			if err := l.addTap("hktest0", "husk-test"); err != nil {
+				return err
+			}
+			br, err := netlink.LinkByName("husk-test")
+			if err != nil {
+				return err
+			}
+			macs = append(macs, br.Attrs().HardwareAddr.String())
+			if err := l.deleteLink("hktest0"); err != nil {
+				return err
+			}
+		}
+		return l.ensureBridge("husk-test", gw)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, mac := range macs {
+		if mac != want {
+			t.Errorf("bridge MAC with TAP #%d: %s, want %s", i+1, mac, want)
+		}
+	}
+}
