@@ -250,9 +250,11 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 			killVM(machine)
 		}
 	}()
+	setupStart := time.Now()
 	if err := client.Setup(ctx, setup); err != nil {
 		return nil, nil, nil, fmt.Errorf("set up guest root: %w", err)
 	}
+	m.log.Debug("guest set up", "id", c.rec.ID[:12], "took", time.Since(setupStart))
 	c.copiedUp()
 	return machine, client, sh, nil
 }

@@ -264,7 +264,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	}
 	defer f.Close()
 
-	m, err := d.launch(ctx, cfg, []string{"-incoming", "defer"}, "inmigrate")
+	m, err := d.launch(ctx, cfg, true, "inmigrate")
 	if err != nil {
 		return nil, err
 	}
