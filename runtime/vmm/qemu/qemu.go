@@ -1,7 +1,8 @@
 // Package qemu is the vmm.Driver for QEMU (qemu-system-x86_64).
 //
-// Each VM is one QEMU process with direct kernel boot, its disks as
-// virtio-blk, and the agent channel as a virtio-serial port named
+// Each VM is one QEMU process with direct kernel boot, its disks as SCSI
+// disks on a virtio-scsi controller (virtio-blk on microvm, which has no
+// PCI to hot-plug into anyway), and the agent channel as a virtio-serial port named
 // proto.PortName backed by a unix-socket chardev. The machine is the
 // i440fx "pc" by default, or QEMU's microvm (Options.Machine).
 //
@@ -84,6 +85,7 @@ const defaultMemoryMiB = 256
 
 // virtio-blk serials are at most 20 bytes (VIRTIO_BLK_ID_BYTES); QEMU
 // would silently cut longer ones and the guest would not find its disk.
+// SCSI disks allow more, but a VM's disks must fit either.
 const maxSerial = 20
 
 // Machine types the driver knows.
@@ -391,8 +393,9 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
 		cmdline += " " + c
 	}
-	// The same devices on either machine, on its own transport.
-	blk, serial := "virtio-blk-pci", "virtio-serial-pci"
+	// The same devices on either machine, on its own transport; pc's
+	// disks are SCSI disks (below).
+	blk, serial := "", "virtio-serial-pci"
 	if machine == MachineMicroVM {
 		blk, serial = "virtio-blk-device", "virtio-serial-device"
 	}
@@ -420,6 +423,9 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	if runAs != "" {
 		args = append(args, "-runas", runAs)
 	}
+	if machine == MachinePC {
+		args = append(args, "-device", "virtio-scsi-pci,id=scsi0"+slotOpt(machine, scsiSlot))
+	}
 	fd := firstDiskFD
 	for i, d := range cfg.Disks {
 		ro := "off"
@@ -432,9 +438,13 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 			fd++
 		}
 		id := fmt.Sprintf("disk%d", i)
+		dev := blk + ",id=v" + id + ",drive=" + id + ",serial=" + optEscape(d.Serial)
+		if machine == MachinePC {
+			dev = fmt.Sprintf("scsi-hd,bus=%s,channel=0,scsi-id=%d,lun=0,id=v%s,drive=%s,serial=%s", scsiBus, i, id, id, optEscape(d.Serial))
+		}
 		args = append(args,
 			"-drive", fmt.Sprintf("file=/dev/fdset/%d,file.locking=off,if=none,format=raw,id=%s,readonly=%s", set, id, ro),
-			"-device", blk+",id=v"+id+",drive="+id+",serial="+optEscape(d.Serial)+slotOpt(machine, firstDiskSlot+i),
+			"-device", dev,
 		)
 	}
 	if len(cfg.Nets) == 0 {

@@ -76,9 +76,11 @@ func TestQEMUArgs(t *testing.T) {
 	}
 	devices := argAfter(args, "-device")
 	for _, want := range []string{
-		// Fixed slots: hot-plugged disks land in the same ones.
-		"virtio-blk-pci,id=vdisk0,drive=disk0,serial=base,addr=0x10",
-		"virtio-blk-pci,id=vdisk1,drive=disk1,serial=upper,addr=0x11",
+		// Fixed slots and targets: hot-plugged disks land in the same
+		// ones.
+		"virtio-scsi-pci,id=scsi0,addr=0x10",
+		"scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,id=vdisk0,drive=disk0,serial=base",
+		"scsi-hd,bus=scsi0.0,channel=0,scsi-id=1,lun=0,id=vdisk1,drive=disk1,serial=upper",
 		"virtio-serial-pci,id=vserial,addr=0x3",
 		"virtserialport,bus=vserial.0,chardev=agent,name=husk.agent",
 	} {
