@@ -25,7 +25,9 @@ type wantedModule struct {
 
 // guestModules is what the agent needs: virtio-pci for every device on
 // QEMU's pc machine and cloud-hypervisor, virtio-mmio for QEMU's microvm
-// machine, the block disks, the virtio-serial agent port, the
+// machine, the block disks (virtio-scsi and its disk driver on QEMU's pc
+// machine, which hot-plugs disks without ACPI; virtio-blk elsewhere), the
+// virtio-serial agent port, the
 // network, overlayfs for base+upper, vsock for cloud-hypervisor's agent
 // channel (vsock and vmw_vsock_virtio_transport_common come along as its
 // dependencies; a kernel without it still serves QEMU's virtio-serial
@@ -36,6 +38,8 @@ func guestModules() []wantedModule {
 		{name: "virtio_pci"},
 		{name: "virtio_mmio", optional: true},
 		{name: "virtio_blk"},
+		{name: "virtio_scsi"},
+		{name: "sd_mod"},
 		{name: "virtio_console"},
 		{name: "virtio_net"},
 		{name: "overlay"},

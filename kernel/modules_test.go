@@ -33,6 +33,10 @@ kernel/drivers/virtio/virtio_pci_modern_dev.ko:
 kernel/drivers/virtio/virtio_pci.ko: kernel/drivers/virtio/virtio_pci_legacy_dev.ko kernel/drivers/virtio/virtio_pci_modern_dev.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 kernel/drivers/virtio/virtio_mmio.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/scsi/scsi_mod.ko: kernel/drivers/scsi/scsi_common.ko
+kernel/drivers/scsi/scsi_common.ko:
+kernel/drivers/scsi/virtio_scsi.ko: kernel/drivers/scsi/scsi_mod.ko kernel/drivers/scsi/scsi_common.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/scsi/sd_mod.ko: kernel/drivers/scsi/scsi_mod.ko kernel/drivers/scsi/scsi_common.ko
 kernel/drivers/char/virtio_console.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 kernel/drivers/net/virtio_net.ko.zst: kernel/drivers/net/net_failover.ko kernel/net/core/failover.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko
@@ -93,7 +97,7 @@ func TestResolve(t *testing.T) {
 			dep:  testDep,
 			want: []string{
 				"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci",
-				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
+				"virtio_mmio", "virtio_blk", "scsi_common", "scsi_mod", "virtio_scsi", "sd_mod", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
 				"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport", "virtio_rng",
 				"fuse", "virtiofs",
 			},
@@ -103,7 +107,7 @@ func TestResolve(t *testing.T) {
 			dep:     testDep,
 			builtin: "kernel/drivers/virtio/virtio.ko\nkernel/drivers/virtio/virtio_ring.ko\nkernel/drivers/virtio/virtio_pci.ko\nkernel/fs/overlayfs/overlay.ko\n",
 			want: []string{
-				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net",
+				"virtio_mmio", "virtio_blk", "scsi_common", "scsi_mod", "virtio_scsi", "sd_mod", "virtio_console", "failover", "net_failover", "virtio_net",
 				"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport", "virtio_rng",
 				"fuse", "virtiofs",
 			},
@@ -113,7 +117,7 @@ func TestResolve(t *testing.T) {
 			dep:  strings.ReplaceAll(testDep, "kernel/drivers/char/hw_random/virtio-rng.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko\n", ""),
 			want: []string{
 				"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci",
-				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
+				"virtio_mmio", "virtio_blk", "scsi_common", "scsi_mod", "virtio_scsi", "sd_mod", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
 				"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport", "fuse", "virtiofs",
 			},
 		},
@@ -126,7 +130,7 @@ func TestResolve(t *testing.T) {
 			).Replace(testDep),
 			want: []string{
 				"virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci",
-				"virtio_mmio", "virtio_blk", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
+				"virtio_mmio", "virtio_blk", "scsi_common", "scsi_mod", "virtio_scsi", "sd_mod", "virtio_console", "failover", "net_failover", "virtio_net", "overlay",
 				"virtio_rng", "fuse", "virtiofs",
 			},
 		},

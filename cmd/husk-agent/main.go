@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/proto"
@@ -79,8 +80,11 @@ func run(ctx context.Context, log *slog.Logger) error {
 	defer a.Close()
 	// Serve the host over whichever channel this VMM gives: QEMU's
 	// virtio-serial port, or cloud-hypervisor's vsock. A port whose device
-	// is absent simply never yields a session.
-	serial := &agent.SerialListener{Name: proto.PortName}
+	// is absent simply never yields a session. The port is checked for a
+	// host every 10 ms rather than 50: a VM restored from a template
+	// waits in Accept for its first session, and the check is one poll(2)
+	// that runs only while no host is connected.
+	serial := &agent.SerialListener{Name: proto.PortName, Interval: 10 * time.Millisecond}
 	defer serial.Close()
 	listeners := []agent.Listener{serial}
 	if vl, err := agent.ListenVsock(proto.VsockPort); err != nil {

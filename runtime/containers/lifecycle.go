@@ -250,9 +250,11 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 			killVM(machine)
 		}
 	}()
+	setupStart := time.Now()
 	if err := client.Setup(ctx, setup); err != nil {
 		return nil, nil, nil, fmt.Errorf("set up guest root: %w", err)
 	}
+	m.log.Debug("guest set up", "id", c.rec.ID[:12], "took", time.Since(setupStart))
 	c.copiedUp()
 	return machine, client, sh, nil
 }
@@ -312,12 +314,16 @@ func (c *ctr) monitor(r *run) {
 	if waitErr != nil {
 		waitErr = lostProcess(r, waitErr)
 	}
+	exitedAt := time.Now()
 	pumps.Wait()
 	if err := c.log.Flush(); err != nil {
 		c.m.log.Error("flush log", "id", c.rec.ID[:12], "err", err)
 	}
 	c.hub.ended()
+	outputDone := time.Now()
 	c.teardown(r)
+	c.m.log.Debug("container VM taken down", "id", c.rec.ID[:12],
+		"output_drained", outputDone.Sub(exitedAt), "teardown", time.Since(outputDone))
 
 	c.mu.Lock()
 	code := status.Code
@@ -391,12 +397,18 @@ func (c *ctr) pump(ctx context.Context, r *run, stream string) error {
 	return err
 }
 
-// teardown closes the main process's stdin and takes the VM down.
+// teardown closes the main process's stdin and takes the VM down. The
+// VM of a container removed on exit is killed outright: its disks go with
+// it, so the guest has nothing worth unmounting and syncing.
 func (c *ctr) teardown(r *run) {
 	if r.stdin != nil {
 		_ = r.stdin.Close()
 	}
-	stopVM(c.m.log, c.rec.ID[:12], r.machine, r.client)
+	if c.autoRemove() {
+		discardVM(r.machine, r.client)
+	} else {
+		stopVM(c.m.log, c.rec.ID[:12], r.machine, r.client)
+	}
 	r.shares.stop(c.m.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

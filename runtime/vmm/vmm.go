@@ -21,8 +21,10 @@ type Config struct {
 	Cmdline   string
 	MemoryMiB int
 	CPUs      int
-	// Disks are attached as virtio-blk devices in this order, each with its
-	// Serial visible to the guest in /sys/block/*/serial.
+	// Disks are attached in this order, each with its Serial visible to
+	// the guest: as virtio-blk devices (/sys/block/*/serial), or, by
+	// QEMU on the pc machine, as SCSI disks on a virtio-scsi controller
+	// (the unit serial number page, /sys/block/*/device/vpd_pg80).
 	Disks []Disk
 	// Accel is "kvm" or "tcg"; drivers that have no choice ignore it.
 	Accel string

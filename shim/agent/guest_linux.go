@@ -384,8 +384,8 @@ func (g *GuestRootfs) unmount(paths ...string) error {
 	return errors.Join(errs...)
 }
 
-// findDisk returns /dev/vdX of the virtio-blk disk with the given serial,
-// waiting briefly for it to appear.
+// findDisk returns the device (/dev/vdX or /dev/sdX) of the disk with the
+// given serial, waiting briefly for it to appear.
 func findDisk(ctx context.Context, serial string) (string, error) {
 	if serial == "" {
 		return "", errors.New("find disk: empty serial")
@@ -393,14 +393,11 @@ func findDisk(ctx context.Context, serial string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
-		matches, _ := filepath.Glob("/sys/block/*/serial")
-		for _, m := range matches {
-			b, err := os.ReadFile(m)
-			if err == nil && strings.TrimSpace(string(b)) == serial {
-				return "/dev/" + filepath.Base(filepath.Dir(m)), nil
-			}
+		if dev := diskBySerial("/sys/block", serial); dev != "" {
+			return "/dev/" + dev, nil
 		}
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+		// Hot-plugged disks appear within tens of milliseconds.
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
 			return "", fmt.Errorf("find disk with serial %q: %w", serial, err)
 		}
 	}

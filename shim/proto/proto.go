@@ -121,9 +121,10 @@ type AgentInfo struct {
 // the first OpStart.
 type SetupSpec struct {
 	Hostname string `json:"hostname"`
-	// BaseSerial and UpperSerial are the virtio-blk serial numbers of the
-	// read-only base disk and the writable upper disk; the agent finds the
-	// devices through /sys/block/*/serial.
+	// BaseSerial and UpperSerial are the serial numbers of the read-only
+	// base disk and the writable upper disk; the agent finds the devices
+	// through /sys/block/*/serial (virtio-blk) or the SCSI unit serial
+	// number page, /sys/block/*/device/vpd_pg80 (QEMU's virtio-scsi).
 	BaseSerial  string `json:"baseSerial"`
 	UpperSerial string `json:"upperSerial"`
 	// Hosts is written to /etc/hosts when non-empty.

@@ -167,7 +167,7 @@ func testBootAndReattach(t *testing.T, env bootEnv, machine string) {
 		t.Fatalf("agent reply: %v\nconsole:\n%s", err, readFile(dir, consoleLog))
 	}
 	ready := time.Since(start)
-	if want := "ready vda=husk-base:ro vdb=husk-upper:rw"; reply != want {
+	if want := "ready sda=husk-base:ro sdb=husk-upper:rw"; reply != want {
 		t.Fatalf("guest said %q, want %q\nconsole:\n%s", reply, want, readFile(dir, consoleLog))
 	}
 	t.Logf("%s: QEMU up (query-status running) after %v, guest ready after %v", machine, started, ready)

@@ -53,7 +53,7 @@ func TestAttachDisksAfterRestore(t *testing.T) {
 	if err := m.(*Machine).AttachDisks(ctx, full.Disks); err != nil {
 		t.Fatal(err)
 	}
-	want := "ready vda=husk-base:ro vdb=husk-upper:rw"
+	want := "ready sda=husk-base:ro sdb=husk-upper:rw"
 	var got string
 	for {
 		if got = say(t, ctx, m, "hello"); got == want {

@@ -36,7 +36,7 @@ func TestQEMUArgsNICSlots(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args, err := qemuArgsSlots(MachinePC, "", cfg, tt.slots)
+			args, err := qemuArgs(argSpec{machine: MachinePC, netSlots: tt.slots}, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func TestQEMUArgsNICSlots(t *testing.T) {
 		})
 	}
 	for _, bad := range [][]int{{0}, {0, maxNets}} {
-		if _, err := qemuArgsSlots(MachinePC, "", cfg, bad); !errdefs.IsInvalidArgument(err) {
+		if _, err := qemuArgs(argSpec{machine: MachinePC, netSlots: bad}, cfg); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("slots %v: err %v, want invalid argument", bad, err)
 		}
 	}

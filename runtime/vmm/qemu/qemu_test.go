@@ -44,7 +44,7 @@ func TestQEMUArgs(t *testing.T) {
 			{Path: "/sandboxes/upper.ext4", Serial: "upper"},
 		},
 	}
-	args, err := qemuArgs(MachinePC, "", cfg)
+	args, err := qemuArgs(argSpec{machine: MachinePC}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +76,11 @@ func TestQEMUArgs(t *testing.T) {
 	}
 	devices := argAfter(args, "-device")
 	for _, want := range []string{
-		// Fixed slots: hot-plugged disks land in the same ones.
-		"virtio-blk-pci,id=vdisk0,drive=disk0,serial=base,addr=0x10",
-		"virtio-blk-pci,id=vdisk1,drive=disk1,serial=upper,addr=0x11",
+		// Fixed slots and targets: hot-plugged disks land in the same
+		// ones.
+		"virtio-scsi-pci,id=scsi0,addr=0x10",
+		"scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,id=vdisk0,drive=disk0,serial=base",
+		"scsi-hd,bus=scsi0.0,channel=0,scsi-id=1,lun=0,id=vdisk1,drive=disk1,serial=upper",
 		"virtio-serial-pci,id=vserial,addr=0x3",
 		"virtserialport,bus=vserial.0,chardev=agent,name=husk.agent",
 	} {
@@ -99,7 +101,7 @@ func TestQEMUArgs(t *testing.T) {
 		}
 	}
 
-	args, err = qemuArgs(MachineMicroVM, "", cfg)
+	args, err = qemuArgs(argSpec{machine: MachineMicroVM}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +116,7 @@ func TestQEMUArgs(t *testing.T) {
 	}
 
 	cfg.Accel = "kvm"
-	args, err = qemuArgs(MachinePC, "", cfg)
+	args, err = qemuArgs(argSpec{machine: MachinePC}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,7 @@ func TestQEMUArgs(t *testing.T) {
 
 func TestQEMUArgsConfine(t *testing.T) {
 	cfg := vmm.Config{ID: "c", Kernel: "/k", Initramfs: "/i"}
-	args, err := qemuArgs(MachinePC, "nobody", cfg)
+	args, err := qemuArgs(argSpec{machine: MachinePC, runAs: "nobody"}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +137,7 @@ func TestQEMUArgsConfine(t *testing.T) {
 	if got := argAfter(args, "-runas"); !slices.Equal(got, []string{"nobody"}) {
 		t.Errorf("-runas = %q, want nobody", got)
 	}
-	args, err = qemuArgs(MachinePC, "", cfg)
+	args, err = qemuArgs(argSpec{machine: MachinePC}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +297,7 @@ func TestQEMUArgsShares(t *testing.T) {
 		// NICs too, so the pinning check below covers them.
 		Nets: []vmm.Net{{Tap: "tap0", MAC: "02:42:0a:00:00:02"}, {Tap: "tap1", MAC: "02:42:0a:00:00:03"}},
 	}
-	args, err := qemuArgs(MachinePC, "nobody", cfg)
+	args, err := qemuArgs(argSpec{machine: MachinePC, runAs: "nobody"}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +347,7 @@ func TestQEMUArgsShares(t *testing.T) {
 		slots[key] = d
 	}
 
-	noShares, err := qemuArgs(MachinePC, "", vmm.Config{ID: "c2", Dir: dir, Kernel: "/k", Initramfs: "/i"})
+	noShares, err := qemuArgs(argSpec{machine: MachinePC}, vmm.Config{ID: "c2", Dir: dir, Kernel: "/k", Initramfs: "/i"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,8 +357,54 @@ func TestQEMUArgsShares(t *testing.T) {
 
 	for _, bad := range []vmm.Share{{Tag: "", Socket: "/s"}, {Tag: strings.Repeat("t", 37), Socket: "/s"}, {Tag: "t"}} {
 		cfg.Shares = []vmm.Share{bad}
-		if _, err := qemuArgs(MachinePC, "", cfg); !errdefs.IsInvalidArgument(err) {
+		if _, err := qemuArgs(argSpec{machine: MachinePC}, cfg); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("share %+v: err %v, want invalid argument", bad, err)
+		}
+	}
+}
+
+func TestQEMUArgsTCGBufferAndRestore(t *testing.T) {
+	cfg := vmm.Config{ID: "c1", Dir: t.TempDir(), Kernel: "/boot/vmlinuz", Initramfs: "/i.cpio", Cmdline: "x=1"}
+	cases := []struct {
+		name         string
+		spec         argSpec
+		accel        string
+		wantAccel    string
+		wantKernel   bool
+		wantIncoming bool
+	}{
+		{"capped buffer", argSpec{machine: MachinePC, tbMiB: 64}, "", "tcg,tb-size=64", true, false},
+		{"QEMU's buffer", argSpec{machine: MachinePC, tbMiB: -1}, "", "tcg", true, false},
+		{"kvm has no buffer", argSpec{machine: MachinePC, tbMiB: 64}, "kvm", "kvm", true, false},
+		{"restore boots no kernel", argSpec{machine: MachinePC, tbMiB: 64, incoming: true}, "", "tcg,tb-size=64", false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := cfg
+			cfg.Accel = c.accel
+			args, err := qemuArgs(c.spec, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := argAfter(args, "-accel"); !slices.Equal(got, []string{c.wantAccel}) {
+				t.Errorf("-accel = %q, want %q", got, c.wantAccel)
+			}
+			for _, flag := range []string{"-kernel", "-initrd", "-append"} {
+				if got := len(argAfter(args, flag)) == 1; got != c.wantKernel {
+					t.Errorf("%s present = %v, want %v", flag, got, c.wantKernel)
+				}
+			}
+			if got := argAfter(args, "-incoming"); c.wantIncoming != slices.Equal(got, []string{"defer"}) {
+				t.Errorf("-incoming = %q, want it: %v", got, c.wantIncoming)
+			}
+		})
+	}
+}
+
+func TestNewDefaultTBSize(t *testing.T) {
+	for _, c := range []struct{ in, want int }{{0, DefaultTBSizeMiB}, {-1, -1}, {64, 64}} {
+		if got := New(Options{TBSizeMiB: c.in}).tbMiB; got != c.want {
+			t.Errorf("TBSizeMiB %d: driver uses %d, want %d", c.in, got, c.want)
 		}
 	}
 }

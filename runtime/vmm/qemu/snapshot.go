@@ -307,7 +307,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	}
 	defer f.Close()
 
-	m, err := d.launch(ctx, cfg, want.netSlots(), []string{"-incoming", "defer"}, "inmigrate")
+	m, err := d.launch(ctx, cfg, want.netSlots(), true, "inmigrate")
 	if err != nil {
 		return nil, err
 	}

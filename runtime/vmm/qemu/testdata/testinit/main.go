@@ -1,8 +1,8 @@
 // Command testinit is a stand-in guest agent for the QEMU driver's
 // integration test. As PID 1 it loads /husk/modules.order, mounts devtmpfs
-// and sysfs, finds the husk.agent virtio-serial port and the virtio-blk
-// serials, then answers the host: any line but "ping" gets
-// "ready vda=<serial>:ro vdb=<serial>:rw ...", "ping" gets "pong", and
+// and sysfs, finds the husk.agent virtio-serial port and the disks'
+// serials (virtio-blk, or SCSI's VPD page 0x80), then answers the host:
+// any line but "ping" gets "ready sda=<serial>:ro sdb=<serial>:rw ...", "ping" gets "pong", and
 // "incr" increments a counter in memory and answers "count <n>".
 package main
 
@@ -110,16 +110,21 @@ func findPort(name string) (string, error) {
 }
 
 func disks() string {
-	serials, _ := filepath.Glob("/sys/block/vd*/serial")
-	slices.Sort(serials)
+	devs, _ := filepath.Glob("/sys/block/[sv]d*")
+	slices.Sort(devs)
 	var b strings.Builder
-	for _, s := range serials {
-		v, _ := os.ReadFile(s)
+	for _, d := range devs {
+		serial := ""
+		if v, err := os.ReadFile(filepath.Join(d, "serial")); err == nil {
+			serial = strings.TrimSpace(string(v))
+		} else if v, err := os.ReadFile(filepath.Join(d, "device", "vpd_pg80")); err == nil && len(v) > 4 {
+			serial = strings.Trim(string(v[4:]), " \x00")
+		}
 		mode := "rw"
-		if ro, _ := os.ReadFile(filepath.Join(filepath.Dir(s), "ro")); strings.TrimSpace(string(ro)) == "1" {
+		if ro, _ := os.ReadFile(filepath.Join(d, "ro")); strings.TrimSpace(string(ro)) == "1" {
 			mode = "ro"
 		}
-		fmt.Fprintf(&b, " %s=%s:%s", filepath.Base(filepath.Dir(s)), strings.TrimSpace(string(v)), mode)
+		fmt.Fprintf(&b, " %s=%s:%s", filepath.Base(d), serial, mode)
 	}
 	return b.String()
 }
