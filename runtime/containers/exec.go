@@ -74,6 +74,13 @@ func (s *execStore) get(id string) (*execInstance, error) {
 	return nil, errdefs.ErrNotFound.WithMessage("No such exec instance: " + id)
 }
 
+// remove forgets one exec.
+func (s *execStore) remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byID, id)
+}
+
 // dropContainer forgets the execs of a removed container.
 func (s *execStore) dropContainer(c *ctr) {
 	s.mu.Lock()

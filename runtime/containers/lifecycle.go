@@ -52,6 +52,8 @@ type ctr struct {
 	// maint serialises maintenance VMs.
 	maint   sync.Mutex
 	restart restartState
+	// health runs the container's health probes while it runs (health.go).
+	health *healthMonitor
 }
 
 // run is one boot of a container's VM.
@@ -132,8 +134,9 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	now := time.Now().UTC()
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
-		StartedAt: now.Format(time.RFC3339Nano), FinishedAt: zeroTime,
+		StartedAt: now.Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,
 	}
+	c.startHealthLocked()
 	if err := c.save(); err != nil {
 		m.log.Error("persist started container", "id", c.rec.ID, "err", err)
 	}
@@ -331,6 +334,7 @@ func (c *ctr) monitor(r *run) {
 		errMsg = waitErr.Error()
 		c.m.log.Error("lost the container's main process", "id", c.rec.ID[:12], "err", waitErr)
 	}
+	c.stopHealthLocked()
 	c.rec.State.Running = false
 	c.rec.State.Paused = false
 	c.rec.State.Status = container.StateExited
@@ -752,6 +756,7 @@ func (c *ctr) reattach(ctx context.Context) error {
 		}
 	}
 	c.run = r
+	c.startHealthLocked()
 	c.hub.started(r.stdin)
 	go c.monitor(r)
 	c.m.log.Info("container reattached", "id", c.rec.ID[:12])

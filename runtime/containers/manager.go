@@ -262,6 +262,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
 	}
+	if err := validateHealthcheck(req.Config.Healthcheck); err != nil {
+		return resp, err
+	}
 	name := strings.TrimPrefix(req.Name, "/")
 	nets, err := m.configureNetwork(hc, req.Networking)
 	if err != nil {
@@ -447,11 +450,11 @@ func mergeImageConfig(user *container.Config, img v1.Config) *container.Config {
 	if cfg.StopSignal == "" {
 		cfg.StopSignal = img.StopSignal
 	}
-	if cfg.Healthcheck == nil && img.Healthcheck != nil {
-		cfg.Healthcheck = &container.HealthConfig{
+	if img.Healthcheck != nil {
+		cfg.Healthcheck = mergeHealthcheck(cfg.Healthcheck, &container.HealthConfig{
 			Test: img.Healthcheck.Test, Interval: img.Healthcheck.Interval, Timeout: img.Healthcheck.Timeout,
 			StartPeriod: img.Healthcheck.StartPeriod, Retries: img.Healthcheck.Retries,
-		}
+		})
 	}
 	if len(cfg.Shell) == 0 {
 		cfg.Shell = img.Shell
