@@ -30,7 +30,10 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 	// The logs are stored in dockerd's json-file format; clients such as
 	// docker-py read the driver from here to decide whether logs exist.
 	if hc.LogConfig.Type == "" {
-		hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{}}
+		hc.LogConfig.Type = logDriverJSONFile
+	}
+	if hc.LogConfig.Config == nil {
+		hc.LogConfig.Config = map[string]string{}
 	}
 	return container.InspectResponse{
 		ID:              rec.ID,
@@ -39,7 +42,7 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 		Args:            rec.Args,
 		State:           &state,
 		Image:           rec.ImageID,
-		LogPath:         c.log.Path(),
+		LogPath:         c.logPath(),
 		Name:            "/" + rec.Name,
 		Driver:          "husk-ext4",
 		Platform:        "linux",

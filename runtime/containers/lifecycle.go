@@ -125,6 +125,10 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 		}
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is stopping", c.rec.ID))
 	}
+	if err := c.configureLog(); err != nil {
+		c.recordStartFailure(err)
+		return err
+	}
 	r, err := c.boot(ctx)
 	if err != nil {
 		c.recordStartFailure(err)

@@ -190,6 +190,11 @@ func (m *Manager) newCtr(dir string, rec Record) (*ctr, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A bad option fails the next start (configureLog); until then the
+	// log is kept whole.
+	if o, err := logOptions(rec.HostConfig.LogConfig); err == nil {
+		lf.SetOptions(o)
+	}
 	return &ctr{m: m, dir: dir, rec: rec, log: lf, hub: newHub()}, nil
 }
 
@@ -258,6 +263,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	// applied; dockerd refuses it at create.
 	if err := container.ValidateRestartPolicy(hc.RestartPolicy); err != nil {
 		return resp, errdefs.ErrInvalidArgument.WithMessage(err.Error())
+	}
+	if err := validateLogConfig(hc.LogConfig); err != nil {
+		return resp, err
 	}
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
