@@ -169,7 +169,9 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
 		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
 		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
-		ConsoleSize: consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
+		ConsoleSize:  consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
+		Rlimits:      containerRlimits(c.rec.HostConfig),
+		Capabilities: containerCapabilities(c.rec.HostConfig, false),
 	})
 	if err != nil {
 		return nil, err
@@ -230,7 +232,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 		}
 	}()
 	var nets []vmm.Net
-	setup := proto.SetupSpec{Mounts: mountSpecs,
+	setup := proto.SetupSpec{Mounts: mountSpecs, Settings: containerSettings(c.rec.HostConfig),
 		Hostname: c.rec.Config.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
 		Hosts: hostsFile(c.rec.Config.Hostname),
 	}

@@ -267,6 +267,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if err := validateLogConfig(hc.LogConfig); err != nil {
 		return resp, err
 	}
+	if err := validateResources(hc); err != nil {
+		return resp, err
+	}
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
 	}
