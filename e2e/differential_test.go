@@ -69,6 +69,18 @@ func scenarios() []scenario {
 		{name: "run duplicate name", args: a("run", "--name", diffBox, "{img}", "true")},
 		{name: "run invalid name", args: a("run", "--name", "bad name!", "{img}", "true")},
 		{name: "run bad restart policy", args: a("run", "--restart", "sometimes", "{img}", "true")},
+		// resource flags, in the guest vs in runc's namespaces
+		{name: "run default capabilities", args: a("run", "--rm", "{img}", "grep", "Cap", "/proc/self/status")},
+		{name: "run cap-drop all", args: a("run", "--rm", "--cap-drop", "ALL", "--cap-add", "NET_RAW", "{img}", "grep", "Cap", "/proc/self/status")},
+		{name: "run ulimit shm-size sysctl", args: a("run", "--rm", "--ulimit", "nofile=512:1024", "--shm-size", "16m", "--sysctl", "net.ipv4.ip_forward=1", "{img}",
+			"sh", "-c", "ulimit -n; ulimit -Hn; df /dev/shm; cat /proc/sys/net/ipv4/ip_forward")},
+		{name: "run read-only", args: a("run", "--rm", "--read-only", "{img}", "touch", "/x")},
+		{name: "run unknown capability", args: a("run", "--rm", "--cap-add", "bogus", "{img}", "true")},
+		// logging drivers
+		{name: "run unknown log driver", args: a("run", "--rm", "--log-driver", "bogus", "{img}", "true")},
+		{name: "run bad log opt", args: a("run", "--rm", "--log-opt", "max-size=0", "{img}", "true")},
+		{name: "logs of log driver none", args: a("logs", "diff-nolog"),
+			setup: [][]string{{"run", "--name", "diff-nolog", "--log-driver", "none", "{img}", "true"}}, cleanup: [][]string{{"rm", "diff-nolog"}}},
 		// exec
 		{name: "exec echo", args: a("exec", diffBox, "echo", "hi")},
 		{name: "exec exit code", args: a("exec", diffBox, "sh", "-c", "echo e >&2; exit 5")},
@@ -89,6 +101,8 @@ func scenarios() []scenario {
 		{name: "ps exited filter", args: a("ps", "-a", "--filter", "status=exited", "--filter", "name=diff-", "--format", "{{.Names}} {{.Status}}")},
 		{name: "ps label filter", args: a("ps", "-a", "--filter", "label=diff=yes", "--format", "{{.Names}} {{.Labels}}")},
 		{name: "ps bad filter", args: a("ps", "--filter", "bogus=1")},
+		{name: "ps bad health filter", args: a("ps", "--filter", "health=bogus")},
+		{name: "ps health none", args: a("ps", "--filter", "health=none", "--filter", "name="+diffBox, "--format", "{{.Names}} {{.Status}}")},
 		// inspect
 		{name: "inspect state", args: a("inspect", "-f", "{{.Name}} {{.State.Status}} {{.State.Running}} {{.State.ExitCode}} {{.Path}} {{.Args}}", diffBox, diffExited)},
 		{name: "inspect config", args: a("inspect", "-f", "{{json .Config.Cmd}} {{json .Config.Labels}} {{.Config.Image}} {{.HostConfig.RestartPolicy.Name}}", diffBox)},

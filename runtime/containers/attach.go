@@ -203,6 +203,9 @@ func (m *Manager) Logs(ctx context.Context, ref string, opts LogsOptions) (<-cha
 	if err != nil {
 		return nil, err
 	}
+	if err := c.readableLog(); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	running := c.run != nil
 	c.mu.Unlock()

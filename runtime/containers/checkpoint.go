@@ -292,8 +292,9 @@ func (c *ctr) startFrom(ctx context.Context, ref string, ck *checkpoints.Checkpo
 	c.run = r
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
-		StartedAt: time.Now().UTC().Format(time.RFC3339Nano), FinishedAt: zeroTime,
+		StartedAt: time.Now().UTC().Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,
 	}
+	c.startHealthLocked()
 	if err := c.save(); err != nil {
 		m.log.Error("persist restored container", "id", c.rec.ID, "err", err)
 	}

@@ -74,6 +74,13 @@ func (s *execStore) get(id string) (*execInstance, error) {
 	return nil, errdefs.ErrNotFound.WithMessage("No such exec instance: " + id)
 }
 
+// remove forgets one exec.
+func (s *execStore) remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byID, id)
+}
+
 // dropContainer forgets the execs of a removed container.
 func (s *execStore) dropContainer(c *ctr) {
 	s.mu.Lock()
@@ -169,13 +176,14 @@ func (m *Manager) ExecStart(ctx context.Context, id string, opts ExecStartOption
 	c.mu.Lock()
 	r := c.run
 	cfg := *c.rec.Config
+	hc := *c.rec.HostConfig
 	c.mu.Unlock()
 	if r == nil {
 		e.finish(126)
 		close(e.launched)
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not running", c.rec.ID))
 	}
-	spec := e.processSpec(&cfg)
+	spec := e.processSpec(&cfg, &hc)
 	// The process must outlive a detached start's request.
 	proc, err := r.client.Start(context.WithoutCancel(ctx), e.id, spec)
 	if err != nil {
@@ -245,7 +253,7 @@ func (m *Manager) ExecStart(ctx context.Context, id string, opts ExecStartOption
 // processSpec is the exec's process: the container's environment, user and
 // working directory unless the exec overrides them, in the main process's
 // PID namespace.
-func (e *execInstance) processSpec(cfg *container.Config) proto.ProcessSpec {
+func (e *execInstance) processSpec(cfg *container.Config, hc *container.HostConfig) proto.ProcessSpec {
 	env := processEnv(&container.Config{Hostname: cfg.Hostname, Tty: e.opts.Tty, Env: cfg.Env})
 	env = mergeEnv(env, e.opts.Env)
 	user, cwd := cfg.User, cfg.WorkingDir
@@ -262,7 +270,8 @@ func (e *execInstance) processSpec(cfg *container.Config) proto.ProcessSpec {
 	return proto.ProcessSpec{
 		Args: e.opts.Cmd, Env: env, Cwd: cwd, User: user,
 		Terminal: e.opts.Tty, ConsoleSize: size, Stdin: e.opts.AttachStdin,
-		ExecOf: mainProcess,
+		ExecOf:  mainProcess,
+		Rlimits: containerRlimits(hc), Capabilities: containerCapabilities(hc, e.opts.Privileged),
 	}
 }
 

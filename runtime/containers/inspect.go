@@ -30,7 +30,10 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 	// The logs are stored in dockerd's json-file format; clients such as
 	// docker-py read the driver from here to decide whether logs exist.
 	if hc.LogConfig.Type == "" {
-		hc.LogConfig = container.LogConfig{Type: "json-file", Config: map[string]string{}}
+		hc.LogConfig.Type = logDriverJSONFile
+	}
+	if hc.LogConfig.Config == nil {
+		hc.LogConfig.Config = map[string]string{}
 	}
 	return container.InspectResponse{
 		ID:              rec.ID,
@@ -39,7 +42,7 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 		Args:            rec.Args,
 		State:           &state,
 		Image:           rec.ImageID,
-		LogPath:         c.log.Path(),
+		LogPath:         c.logPath(),
 		Name:            "/" + rec.Name,
 		Driver:          "husk-ext4",
 		Platform:        "linux",
@@ -114,7 +117,7 @@ func labelsOf(cfg *container.Config) map[string]string {
 func statusText(s container.State, now time.Time) string {
 	switch s.Status {
 	case container.StateRunning:
-		return "Up " + humanDuration(now.Sub(parseTime(s.StartedAt)))
+		return "Up " + humanDuration(now.Sub(parseTime(s.StartedAt))) + healthText(s.Health)
 	case container.StateExited:
 		return fmt.Sprintf("Exited (%d) %s ago", s.ExitCode, humanDuration(now.Sub(parseTime(s.FinishedAt))))
 	case container.StateCreated:
@@ -168,7 +171,7 @@ func humanDuration(d time.Duration) string {
 // filter is the parsed `filters` query of GET /containers/json.
 type filter map[string][]string
 
-var containerFilters = map[string]bool{"id": true, "name": true, "status": true, "label": true, "exited": true, "ancestor": true}
+var containerFilters = map[string]bool{"id": true, "name": true, "status": true, "label": true, "exited": true, "ancestor": true, "health": true}
 
 func newFilter(raw map[string][]string) (filter, error) {
 	for k := range raw {
@@ -183,6 +186,9 @@ func newFilter(raw map[string][]string) (filter, error) {
 		default:
 			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter 'status=" + s + "'")
 		}
+	}
+	if err := validateHealthFilter(raw["health"]); err != nil {
+		return nil, err
 	}
 	for _, s := range raw["exited"] {
 		if _, err := strconv.Atoi(s); err != nil {
@@ -215,6 +221,7 @@ func (f filter) match(rec Record) bool {
 		any("ancestor", func(v string) bool {
 			return rec.Image == v || rec.ImageID == v || strings.HasPrefix(strings.TrimPrefix(rec.ImageID, "sha256:"), v)
 		}) &&
+		any("health", func(v string) bool { return healthFilterValue(rec.State) == v }) &&
 		allLabels(f["label"], labelsOf(rec.Config))
 }
 

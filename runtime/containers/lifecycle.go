@@ -52,6 +52,8 @@ type ctr struct {
 	// maint serialises maintenance VMs.
 	maint   sync.Mutex
 	restart restartState
+	// health runs the container's health probes while it runs (health.go).
+	health *healthMonitor
 }
 
 // run is one boot of a container's VM.
@@ -123,6 +125,10 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 		}
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is stopping", c.rec.ID))
 	}
+	if err := c.configureLog(); err != nil {
+		c.recordStartFailure(err)
+		return err
+	}
 	r, err := c.boot(ctx)
 	if err != nil {
 		c.recordStartFailure(err)
@@ -132,8 +138,9 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	now := time.Now().UTC()
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
-		StartedAt: now.Format(time.RFC3339Nano), FinishedAt: zeroTime,
+		StartedAt: now.Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,
 	}
+	c.startHealthLocked()
 	if err := c.save(); err != nil {
 		m.log.Error("persist started container", "id", c.rec.ID, "err", err)
 	}
@@ -162,7 +169,9 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
 		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
 		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
-		ConsoleSize: consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
+		ConsoleSize:  consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
+		Rlimits:      containerRlimits(c.rec.HostConfig),
+		Capabilities: containerCapabilities(c.rec.HostConfig, false),
 	})
 	if err != nil {
 		return nil, err
@@ -223,7 +232,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 		}
 	}()
 	var nets []vmm.Net
-	setup := proto.SetupSpec{Mounts: mountSpecs,
+	setup := proto.SetupSpec{Mounts: mountSpecs, Settings: containerSettings(c.rec.HostConfig),
 		Hostname: c.rec.Config.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
 		Hosts: hostsFile(c.rec.Config.Hostname),
 	}
@@ -337,6 +346,7 @@ func (c *ctr) monitor(r *run) {
 		errMsg = waitErr.Error()
 		c.m.log.Error("lost the container's main process", "id", c.rec.ID[:12], "err", waitErr)
 	}
+	c.stopHealthLocked()
 	c.rec.State.Running = false
 	c.rec.State.Paused = false
 	c.rec.State.Status = container.StateExited
@@ -764,6 +774,7 @@ func (c *ctr) reattach(ctx context.Context) error {
 		}
 	}
 	c.run = r
+	c.startHealthLocked()
 	c.hub.started(r.stdin)
 	go c.monitor(r)
 	c.m.log.Info("container reattached", "id", c.rec.ID[:12])

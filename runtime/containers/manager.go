@@ -190,6 +190,11 @@ func (m *Manager) newCtr(dir string, rec Record) (*ctr, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A bad option fails the next start (configureLog); until then the
+	// log is kept whole.
+	if o, err := logOptions(rec.HostConfig.LogConfig); err == nil {
+		lf.SetOptions(o)
+	}
 	return &ctr{m: m, dir: dir, rec: rec, log: lf, hub: newHub()}, nil
 }
 
@@ -262,8 +267,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if err := validateNanoCPUs(hc.NanoCPUs); err != nil {
 		return resp, err
 	}
+	if err := validateLogConfig(hc.LogConfig); err != nil {
+		return resp, err
+	}
+	if err := validateResources(hc); err != nil {
+		return resp, err
+	}
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
+	}
+	if err := validateHealthcheck(req.Config.Healthcheck); err != nil {
+		return resp, err
 	}
 	name := strings.TrimPrefix(req.Name, "/")
 	nets, err := m.configureNetwork(hc, req.Networking)
@@ -450,11 +464,11 @@ func mergeImageConfig(user *container.Config, img v1.Config) *container.Config {
 	if cfg.StopSignal == "" {
 		cfg.StopSignal = img.StopSignal
 	}
-	if cfg.Healthcheck == nil && img.Healthcheck != nil {
-		cfg.Healthcheck = &container.HealthConfig{
+	if img.Healthcheck != nil {
+		cfg.Healthcheck = mergeHealthcheck(cfg.Healthcheck, &container.HealthConfig{
 			Test: img.Healthcheck.Test, Interval: img.Healthcheck.Interval, Timeout: img.Healthcheck.Timeout,
 			StartPeriod: img.Healthcheck.StartPeriod, Retries: img.Healthcheck.Retries,
-		}
+		})
 	}
 	if len(cfg.Shell) == 0 {
 		cfg.Shell = img.Shell

@@ -78,6 +78,7 @@ func (m *Manager) Pause(ctx context.Context, ref string) error {
 	}
 	c.rec.State.Paused = true
 	c.rec.State.Status = container.StatePaused
+	c.stopHealthLocked()
 	if err := c.save(); err != nil {
 		c.m.log.Error("persist pause", "id", c.rec.ID[:12], "err", err)
 	}
@@ -110,6 +111,7 @@ func (c *ctr) resumeLocked(ctx context.Context) error {
 	}
 	c.rec.State.Paused = false
 	c.rec.State.Status = container.StateRunning
+	c.resumeHealthLocked()
 	if err := c.save(); err != nil {
 		c.m.log.Error("persist unpause", "id", c.rec.ID[:12], "err", err)
 	}

@@ -2,21 +2,152 @@ package containers
 
 import (
 	"fmt"
-	"runtime"
+	"slices"
+	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
-// validateNanoCPUs is dockerd's check of --cpus at create: between 0.01
-// and the host's CPU count. A VM could be given more vCPUs than the host
-// has, but dockerd refuses them, and a count QEMU cannot start would only
-// fail later, at start, as a server error.
-func validateNanoCPUs(n int64) error {
-	if n == 0 {
-		return nil
+// The resource flags of docker run that act inside the container are
+// carried out by the guest agent: --shm-size, --read-only, --sysctl and
+// --init for the container (proto.ContainerSettings), --ulimit and the
+// capabilities for every process. The ones that size the VM (--memory,
+// --cpus) are in lifecycle.go.
+
+// defaultShmSize is dockerd's /dev/shm size.
+const defaultShmSize = 64 << 20
+
+// defaultCapabilities is the bounding set dockerd gives a container
+// (moby's oci/caps defaults).
+var defaultCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+	"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// namespacedSysctls are the sysctls runc accepts outside net.* and
+// fs.mqueue.*: those of the IPC namespace.
+var namespacedSysctls = []string{
+	"kernel.msgmax", "kernel.msgmnb", "kernel.msgmni", "kernel.sem", "kernel.shmall",
+	"kernel.shmmax", "kernel.shmmni", "kernel.shm_rmid_forced",
+}
+
+// validateResources refuses at create what dockerd (or runc, at start)
+// refuses, in their words, and puts the rest in the form dockerd stores:
+// capability names as CAP_X, /dev/shm's default size.
+func validateResources(hc *container.HostConfig) error {
+	var err error
+	if hc.CapAdd, err = normalizeCapabilities("CapAdd", hc.CapAdd); err != nil {
+		return err
 	}
-	if nc := runtime.NumCPU(); n < 0 || n > int64(nc)*1e9 {
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("range of CPUs is from 0.01 to %[1]d.00, as there are only %[1]d CPUs available", nc))
+	if hc.CapDrop, err = normalizeCapabilities("CapDrop", hc.CapDrop); err != nil {
+		return err
+	}
+	if hc.ShmSize < 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("SHM size can not be less than 0")
+	}
+	if hc.ShmSize == 0 {
+		hc.ShmSize = defaultShmSize
+	}
+	for k := range hc.Sysctls {
+		if !strings.HasPrefix(k, "net.") && !strings.HasPrefix(k, "fs.mqueue.") && !slices.Contains(namespacedSysctls, k) {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("sysctl %q is not in a separate kernel namespace", k))
+		}
+	}
+	names := proto.RlimitNames()
+	for _, u := range hc.Ulimits {
+		if u == nil {
+			continue
+		}
+		if !slices.Contains(names, u.Name) {
+			return errdefs.ErrInvalidArgument.WithMessage("invalid ulimit type: " + u.Name)
+		}
+		if u.Soft > u.Hard && u.Hard >= 0 || u.Soft < 0 && u.Hard >= 0 {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("ulimit soft limit must be less than or equal to hard limit: %d > %d", u.Soft, u.Hard))
+		}
+	}
+	if hc.PidsLimit != nil && *hc.PidsLimit > 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("husk does not support --pids-limit yet: the guest has no pids cgroup for the container")
 	}
 	return nil
+}
+
+// normalizeCapabilities writes capability names as dockerd stores them
+// ("net_admin" → "CAP_NET_ADMIN", "all" → "ALL") and refuses unknown ones.
+func normalizeCapabilities(field string, caps []string) ([]string, error) {
+	if caps == nil {
+		return nil, nil
+	}
+	known := proto.CapabilityNames()
+	out := make([]string, 0, len(caps))
+	for _, c := range caps {
+		n := strings.ToUpper(c)
+		if n != "ALL" && !strings.HasPrefix(n, "CAP_") {
+			n = "CAP_" + n
+		}
+		if n != "ALL" && !slices.Contains(known, n) {
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid %s: unknown capability: %q", field, n))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// containerCapabilities is the bounding set of the container's processes,
+// worked out as moby's TweakCapabilities does: all for a privileged
+// container (or exec); else the defaults less CapDrop plus CapAdd, where
+// ALL in CapAdd starts from everything and ALL in CapDrop from nothing.
+func containerCapabilities(hc *container.HostConfig, privileged bool) *proto.Capabilities {
+	all := proto.CapabilityNames()
+	switch {
+	case privileged || hc.Privileged:
+		return &proto.Capabilities{Bounding: all}
+	case slices.Contains(hc.CapAdd, "ALL"):
+		var caps []string
+		for _, c := range all {
+			if !slices.Contains(hc.CapDrop, c) {
+				caps = append(caps, c)
+			}
+		}
+		return &proto.Capabilities{Bounding: caps}
+	case slices.Contains(hc.CapDrop, "ALL"):
+		return &proto.Capabilities{Bounding: append([]string{}, hc.CapAdd...)}
+	}
+	var caps []string
+	for _, c := range defaultCapabilities {
+		if !slices.Contains(hc.CapDrop, c) {
+			caps = append(caps, c)
+		}
+	}
+	for _, c := range hc.CapAdd {
+		if !slices.Contains(caps, c) {
+			caps = append(caps, c)
+		}
+	}
+	return &proto.Capabilities{Bounding: caps}
+}
+
+// containerRlimits are the container's --ulimit settings, for every one of
+// its processes.
+func containerRlimits(hc *container.HostConfig) []proto.Rlimit {
+	var out []proto.Rlimit
+	for _, u := range hc.Ulimits {
+		if u != nil {
+			out = append(out, proto.Rlimit{Type: u.Name, Soft: u.Soft, Hard: u.Hard})
+		}
+	}
+	return out
+}
+
+// containerSettings are the container-wide settings the agent applies.
+func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
+	return &proto.ContainerSettings{
+		ShmSize:  hc.ShmSize,
+		ReadOnly: hc.ReadonlyRootfs,
+		Sysctls:  hc.Sysctls,
+		Init:     hc.Init != nil && *hc.Init,
+	}
 }

@@ -2,25 +2,82 @@ package containers
 
 import (
 	"fmt"
-	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
-func TestValidateNanoCPUs(t *testing.T) {
-	nc := int64(runtime.NumCPU())
-	msg := fmt.Sprintf("range of CPUs is from 0.01 to %[1]d.00, as there are only %[1]d CPUs available", nc)
-	for _, tt := range []struct {
-		n       int64
-		wantErr bool
-	}{{0, false}, {1e7, false}, {nc * 1e9, false}, {nc*1e9 + 1, true}, {-1, true}, {1<<63 - 1, true}} {
-		err := validateNanoCPUs(tt.n)
-		if tt.wantErr != (err != nil) || err != nil && (!errdefs.IsInvalidArgument(err) || err.Error() != msg) {
-			t.Errorf("validateNanoCPUs(%d) = %v, want error %v (%q)", tt.n, err, tt.wantErr, msg)
+// capMask is the capability set as /proc/self/status shows it.
+func capMask(t *testing.T, names []string) string {
+	t.Helper()
+	all := proto.CapabilityNames()
+	var m uint64
+	for _, n := range names {
+		i := slices.Index(all, n)
+		if i < 0 {
+			t.Fatalf("unknown capability %s", n)
+		}
+		m |= 1 << i
+	}
+	return fmt.Sprintf("%016x", m)
+}
+
+// TestContainerCapabilities compares with the CapBnd dockerd 20.10 (runc)
+// shows for the same flags.
+func TestContainerCapabilities(t *testing.T) {
+	tests := []struct {
+		add, drop  []string
+		privileged bool
+		want       string
+	}{
+		{nil, nil, false, "00000000a80425fb"},
+		{nil, []string{"ALL"}, false, "0000000000000000"},
+		{[]string{"CAP_NET_ADMIN"}, nil, false, "00000000a80435fb"},
+		{[]string{"CAP_CHOWN"}, []string{"ALL"}, false, "0000000000000001"},
+		{nil, []string{"CAP_CHOWN", "CAP_NET_RAW"}, false, "00000000a80405fa"},
+		{[]string{"CAP_SYS_ADMIN"}, nil, false, "00000000a82425fb"},
+		{[]string{"ALL"}, []string{"CAP_CHOWN"}, false, "000001fffffffffe"},
+		{nil, []string{"ALL"}, true, "000001ffffffffff"},
+	}
+	for _, tt := range tests {
+		hc := &container.HostConfig{CapAdd: tt.add, CapDrop: tt.drop}
+		if got := capMask(t, containerCapabilities(hc, tt.privileged).Bounding); got != tt.want {
+			t.Errorf("add %v drop %v privileged %v: %s, want %s", tt.add, tt.drop, tt.privileged, got, tt.want)
 		}
 	}
-	if n := cpus(nil, 2); n != 2 {
-		t.Errorf("cpus(nil) = %d", n)
+}
+
+func TestValidateResources(t *testing.T) {
+	limit := int64(5)
+	tests := []struct {
+		hc   container.HostConfig
+		want string
+	}{
+		{container.HostConfig{CapAdd: []string{"bogus"}}, `invalid CapAdd: unknown capability: "CAP_BOGUS"`},
+		{container.HostConfig{CapDrop: []string{"bogus"}}, `invalid CapDrop: unknown capability: "CAP_BOGUS"`},
+		{container.HostConfig{ShmSize: -1}, "SHM size can not be less than 0"},
+		{container.HostConfig{Sysctls: map[string]string{"vm.swappiness": "1"}}, `sysctl "vm.swappiness" is not in a separate kernel namespace`},
+		{container.HostConfig{Resources: container.Resources{Ulimits: []*container.Ulimit{{Name: "bogus", Soft: 1, Hard: 1}}}}, "invalid ulimit type: bogus"},
+		{container.HostConfig{Resources: container.Resources{Ulimits: []*container.Ulimit{{Name: "nofile", Soft: 2048, Hard: 1024}}}}, "ulimit soft limit must be less than or equal to hard limit: 2048 > 1024"},
+		{container.HostConfig{Resources: container.Resources{PidsLimit: &limit}}, "husk does not support --pids-limit yet: the guest has no pids cgroup for the container"},
+	}
+	for _, tt := range tests {
+		err := validateResources(&tt.hc)
+		if err == nil || err.Error() != tt.want || !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%+v: %v, want invalid argument %q", tt.hc, err, tt.want)
+		}
+	}
+	hc := container.HostConfig{CapAdd: []string{"net_admin", "all"}, CapDrop: []string{"CAP_CHOWN"},
+		Sysctls:   map[string]string{"net.ipv4.ip_forward": "1", "kernel.shmmax": "1", "fs.mqueue.msg_max": "100"},
+		Resources: container.Resources{Ulimits: []*container.Ulimit{{Name: "nofile", Soft: 1024, Hard: 2048}, {Name: "core", Soft: -1, Hard: -1}}}}
+	if err := validateResources(&hc); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(hc.CapAdd, []string{"CAP_NET_ADMIN", "ALL"}) || hc.ShmSize != 64<<20 {
+		t.Errorf("normalised to CapAdd %v, ShmSize %d", hc.CapAdd, hc.ShmSize)
 	}
 }

@@ -42,6 +42,8 @@ type File struct {
 	subs    map[chan Entry]struct{}
 	closed  bool // no writer: followers end once they catch up
 	now     func() time.Time
+	opts    Options
+	size    int64 // of the live file; -1 until known (rotate.go)
 }
 
 // Open opens (creating if needed) the log at path for appending.
@@ -50,7 +52,7 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open log %s: %w", path, err)
 	}
-	return &File{path: path, f: f, partial: map[string][]byte{}, subs: map[chan Entry]struct{}{}, now: time.Now}, nil
+	return &File{path: path, f: f, partial: map[string][]byte{}, subs: map[chan Entry]struct{}{}, now: time.Now, size: -1}, nil
 }
 
 // Path is where the log lives.
@@ -100,8 +102,17 @@ func (l *File) emit(stream string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("encode log entry: %w", err)
 	}
-	if l.f != nil {
-		if _, err := l.f.Write(append(line, '\n')); err != nil {
+	if !l.opts.Discard {
+		if err := l.rotateIfFull(); err != nil {
+			return err
+		}
+	}
+	if l.f != nil && !l.opts.Discard {
+		n, err := l.f.Write(append(line, '\n'))
+		if l.size >= 0 {
+			l.size += int64(n)
+		}
+		if err != nil {
 			return fmt.Errorf("write log %s: %w", l.path, err)
 		}
 	}
@@ -172,7 +183,7 @@ func (l *File) Read(ctx context.Context, opts ReadOptions) (<-chan Entry, error)
 	}
 	// Read the file while holding the lock so no entry is both stored and
 	// delivered live, or neither.
-	stored, err := readAll(l.path)
+	stored, err := l.readStored()
 	l.mu.Unlock()
 	if err != nil {
 		if sub != nil {
@@ -257,8 +268,13 @@ func readAll(path string) ([]Entry, error) {
 		return nil, fmt.Errorf("read log %s: %w", path, err)
 	}
 	defer f.Close()
+	return decode(f, path)
+}
+
+// decode reads json-file records.
+func decode(r io.Reader, path string) ([]Entry, error) {
 	var out []Entry
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
 		var r record

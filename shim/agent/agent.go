@@ -79,6 +79,9 @@ type Options struct {
 	// MountShare mounts a virtio-fs share (SetupSpec.Mounts); default a
 	// virtiofs mount. Tests that run the agent on a host replace it.
 	MountShare func(tag, dir string, flags uintptr) error
+	// ProcSys is where sysctls are written (SetupSpec.Settings); default
+	// /proc/sys. Tests that run the agent on a host replace it.
+	ProcSys string
 }
 
 // Agent serves the protocol of package proto for one machine. Its processes
@@ -92,6 +95,7 @@ type Agent struct {
 	mounts   *mounter
 	hostname string
 	etcDir   string
+	settings *proto.ContainerSettings // set by OpSetup
 	procs    map[string]*process
 
 	// pmu orders process creation against reaping so that no exit goes
@@ -121,6 +125,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.MountShare == nil {
 		opts.MountShare = mountVirtiofs
+	}
+	if opts.ProcSys == "" {
+		opts.ProcSys = "/proc/sys"
 	}
 	a := &Agent{
 		log:      opts.Logger,
@@ -447,6 +454,11 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 			return fmt.Errorf("setup: network: %w", err)
 		}
 	}
+	if s := spec.Settings; s != nil && len(s.Sysctls) > 0 {
+		if err := applySysctls(a.opts.ProcSys, s.Sysctls); err != nil {
+			return err
+		}
+	}
 	etcDir := filepath.Join(a.opts.StateDir, "etc")
 	if err := writeEtcFiles(etcDir, spec); err != nil {
 		return fmt.Errorf("setup: %w", err)
@@ -461,7 +473,7 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fmt.Errorf("setup: %w", err)
 	}
-	a.root, a.hostname, a.etcDir, a.mounts = root, spec.Hostname, etcDir, mounts
+	a.root, a.hostname, a.etcDir, a.mounts, a.settings = root, spec.Hostname, etcDir, mounts, spec.Settings
 	a.log.Info("container root ready", "root", root, "hostname", spec.Hostname)
 	return nil
 }

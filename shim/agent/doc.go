@@ -16,4 +16,14 @@
 // rules (github.com/moby/sys/user) but is a few dozen lines here so the
 // static agent needs no further module; the output buffering (output.go) is
 // specific to the guarantee that nothing is lost between sessions.
+//
+// --init's init is the agent binary too (dockerinit_linux.go), bound at
+// /sbin/docker-init where dockerd puts tini: it does what tini does by
+// default (run the command in its own process group, forward signals,
+// reap orphans, exit as the command did) in some sixty lines, where
+// shipping tini would add a second static binary to every initramfs and a
+// build dependency. Capabilities are bounded with prctl(PR_CAPBSET_DROP)
+// from a name table in package proto rather than through a capability
+// library: dropping the bounding set before execve is all runc's sets
+// need, as limits_linux.go explains.
 package agent

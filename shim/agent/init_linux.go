@@ -42,6 +42,9 @@ func Reexec() {
 	if len(os.Args) > 0 && os.Args[0] == archiveArg0 {
 		runArchiveHelper()
 	}
+	if len(os.Args) > 0 && os.Args[0] == dockerInitPath {
+		runDockerInit(os.Args[1:])
+	}
 	if len(os.Args) == 0 || os.Args[0] != initArg0 {
 		return
 	}
@@ -74,6 +77,17 @@ func containerInit() error {
 		if err := prepareRoot(cfg); err != nil {
 			return err
 		}
+	}
+	// The init binary is bound after the chroot, so that the image's
+	// /sbin (a symlink in many images) resolves inside the container.
+	var initBinary *os.File
+	if cfg.InitBinary != "" {
+		f, err := os.Open(cfg.InitBinary)
+		if err != nil {
+			return fmt.Errorf("open init binary: %w", err)
+		}
+		defer f.Close()
+		initBinary = f
 	}
 	if err := unix.Chroot(cfg.Root); err != nil {
 		return fmt.Errorf("chroot %s: %w", cfg.Root, err)
@@ -116,6 +130,22 @@ func containerInit() error {
 		if err := os.MkdirAll(cwd, 0o755); err != nil {
 			return fmt.Errorf("create working directory %s: %w", cwd, err)
 		}
+		if initBinary != nil {
+			if err := bindFile(fmt.Sprintf("/proc/self/fd/%d", initBinary.Fd()), dockerInitPath, true); err != nil {
+				return err
+			}
+		}
+		if cfg.ReadOnly {
+			if err := remountReadOnly("/"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := applyRlimits(spec.Rlimits); err != nil {
+		return err
+	}
+	if err := boundCapabilities(spec.Capabilities); err != nil {
+		return err
 	}
 
 	if spec.Terminal {
@@ -152,6 +182,11 @@ func containerInit() error {
 			kind = proto.KindPermission
 		}
 		return &agentError{kind, err.Error()}
+	}
+	if cfg.InitBinary != "" {
+		// The init finds the program again through PATH, as tini does.
+		path = dockerInitPath
+		spec.Args = append([]string{dockerInitPath, "--"}, spec.Args...)
 	}
 	err = unix.Exec(path, spec.Args, env)
 	kind := proto.KindInternal
@@ -220,7 +255,7 @@ func prepareRoot(cfg initConfig) error {
 		{"sys", "sysfs", "sysfs", nsde | unix.MS_RDONLY, ""},
 		{"dev", "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
 		{"dev/pts", "devpts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
-		{"dev/shm", "tmpfs", "shm", nsde, "mode=1777,size=65536k"},
+		{"dev/shm", "tmpfs", "shm", nsde, shmData(cfg.ShmSize)},
 		{"dev/mqueue", "mqueue", "mqueue", nsde, ""},
 	}
 	for _, m := range mounts {
@@ -235,7 +270,7 @@ func prepareRoot(cfg initConfig) error {
 	if err := populateDev(filepath.Join(root, "dev")); err != nil {
 		return err
 	}
-	return bindEtcFiles(root, cfg.EtcDir)
+	return bindEtcFiles(root, cfg.EtcDir, cfg.ReadOnly)
 }
 
 // populateDev creates the device nodes and links runc puts in a
@@ -273,7 +308,7 @@ func populateDev(dev string) error {
 // the container's, creating the mount-point files when the image has none.
 // Images without /etc get nothing, and a symlink is left alone because its
 // target would be resolved outside the container root.
-func bindEtcFiles(root, etcDir string) error {
+func bindEtcFiles(root, etcDir string, readOnly bool) error {
 	if etcDir == "" {
 		return nil
 	}
@@ -302,6 +337,11 @@ func bindEtcFiles(root, etcDir string) error {
 		}
 		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+		}
+		if readOnly {
+			if err := remountReadOnly(dst); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

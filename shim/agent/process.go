@@ -171,6 +171,12 @@ type initConfig struct {
 	EtcDir   string            `json:"etcDir,omitempty"`
 	Mounts   bool              `json:"mounts"` // set up /proc, /sys, /dev and /etc binds
 	Process  proto.ProcessSpec `json:"process"`
+	// ShmSize, ReadOnly and InitBinary carry the main process's share of
+	// proto.ContainerSettings; InitBinary is the agent's own binary, bound
+	// at dockerInitPath for --init.
+	ShmSize    int64  `json:"shmSize,omitempty"`
+	ReadOnly   bool   `json:"readOnly,omitempty"`
+	InitBinary string `json:"initBinary,omitempty"`
 }
 
 // initFailure is what the child reports when it cannot exec the process.
@@ -189,7 +195,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, "start: no command specified"}
 	}
 	a.mu.Lock()
-	root, hostname, etcDir := a.root, a.hostname, a.etcDir
+	root, hostname, etcDir, settings := a.root, a.hostname, a.etcDir, a.settings
 	_, dup := a.procs[id]
 	var target *process
 	if spec.ExecOf != "" {
@@ -203,6 +209,16 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
 	}
 	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Process: spec}
+	if settings != nil {
+		cfg.ShmSize, cfg.ReadOnly = settings.ShmSize, settings.ReadOnly
+		if settings.Init {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, &agentError{proto.KindInternal, fmt.Sprintf("start %s: find the init binary: %v", id, err)}
+			}
+			cfg.InitBinary = exe
+		}
+	}
 	var targetPid int
 	if spec.ExecOf != "" {
 		if target == nil {

@@ -136,6 +136,8 @@ type SetupSpec struct {
 	Network *NetworkSpec `json:"network,omitempty"`
 	// Mounts are mounted into the container root (mounts.go).
 	Mounts []MountSpec `json:"mounts,omitempty"`
+	// Settings are the container-wide resource flags (resources.go).
+	Settings *ContainerSettings `json:"settings,omitempty"`
 }
 
 // ProcessSpec follows the OCI runtime-spec Process.
@@ -156,6 +158,11 @@ type ProcessSpec struct {
 	// Exec: run in the PID namespace of the process named ExecOf instead of
 	// a new one (docker exec).
 	ExecOf string `json:"execOf,omitempty"`
+	// Rlimits are set before the program runs (--ulimit).
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
+	// Capabilities bound the process's capabilities; nil leaves it the
+	// agent's (all of them).
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
 }
 
 // ExitStatus is how a process ended. Code follows the shell convention

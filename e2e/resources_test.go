@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// TestResourceFlags runs --shm-size, --ulimit, --sysctl, --read-only,
+// --cap-add/--cap-drop and --init; every expectation was checked against
+// dockerd 20.10 (runc), where the same flags act on the container's
+// namespaces and here on its guest.
+func TestResourceFlags(t *testing.T) {
+	s := requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+
+	// Most of it in one container.
+	script := `df /dev/shm | tail -1; ulimit -n; ulimit -Hn; cat /proc/sys/net/ipv4/ip_forward /proc/sys/kernel/shmmax /proc/sys/fs/mqueue/msg_max; grep Cap /proc/self/status; ` +
+		`chown 1 /tmp; echo $?; touch /x; echo $?; touch /tmp/x; echo $?; touch /dev/x; echo $?; touch /dev/shm/x; echo $?; touch /etc/hosts; echo $?`
+	r := docker(t, "run", "--rm", "--shm-size", "128m", "--ulimit", "nofile=1024:2048",
+		"--sysctl", "net.ipv4.ip_forward=1", "--sysctl", "kernel.shmmax=1000000", "--sysctl", "fs.mqueue.msg_max=100",
+		"--cap-drop", "ALL", "--cap-add", "fowner", "--read-only", "--tmpfs", "/tmp", img, "sh", "-c", script)
+	wantOut := "shm 131072 0 131072 0% /dev/shm\n1024\n2048\n1\n1000000\n100\n" +
+		"CapInh: 0000000000000000\nCapPrm: 0000000000000008\nCapEff: 0000000000000008\nCapBnd: 0000000000000008\nCapAmb: 0000000000000000\n" +
+		"1\n1\n0\n0\n0\n1\n"
+	wantErr := "chown: /tmp: Operation not permitted\ntouch: /x: Read-only file system\ntouch: /etc/hosts: Read-only file system\n"
+	if got := collapseSpaces(r.Stdout); r.Code != 0 || got != wantOut || r.Stderr != wantErr {
+		t.Errorf("run with resource flags: exit %d\nstdout %q\nwant   %q\nstderr %q\nwant   %q", r.Code, got, wantOut, r.Stderr, wantErr)
+	}
+
+	// Defaults, and execs: the container's limits and capabilities; a
+	// non-root user none; a privileged exec all. (An exec does not join
+	// the container's mount namespace, so its /proc/mounts, and df, do
+	// not show the container's /dev/shm: the main process reports the
+	// default size.)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, "--ulimit", "nofile=1024:2048", img, "sh", "-c", "df /dev/shm | tail -1; exec sleep 1000")
+	eventually(t, "the default /dev/shm size is logged", func() string {
+		if got := collapseSpaces(docker(t, "logs", name).Stdout); got != "shm 65536 0 65536 0% /dev/shm\n" {
+			return got
+		}
+		return ""
+	})
+	if got := mustDocker(t, "inspect", "-f", "{{.HostConfig.ShmSize}} {{json .HostConfig.Ulimits}}", name); got != `67108864 [{"Name":"nofile","Hard":2048,"Soft":1024}]`+"\n" {
+		t.Errorf("inspect resources = %q", got)
+	}
+	if got := collapseSpaces(mustDocker(t, "exec", name, "sh", "-c", "ulimit -n; ulimit -Hn; grep Cap /proc/self/status")); got != "1024\n2048\n"+
+		"CapInh: 0000000000000000\nCapPrm: 00000000a80425fb\nCapEff: 00000000a80425fb\nCapBnd: 00000000a80425fb\nCapAmb: 0000000000000000\n" {
+		t.Errorf("exec sees %q", got)
+	}
+	if got := collapseSpaces(mustDocker(t, "exec", "-u", "1000", name, "grep", "Cap", "/proc/self/status")); got != "CapInh: 0000000000000000\nCapPrm: 0000000000000000\nCapEff: 0000000000000000\nCapBnd: 00000000a80425fb\nCapAmb: 0000000000000000\n" {
+		t.Errorf("exec -u 1000 capabilities %q", got)
+	}
+	if s.Kind == "huskd" {
+		// dockerd cannot grant more than it holds itself in this sandbox;
+		// the guest agent holds them all.
+		if got := collapseSpaces(mustDocker(t, "exec", "--privileged", name, "grep", "CapEff", "/proc/self/status")); got != "CapEff: 000001ffffffffff\n" {
+			t.Errorf("exec --privileged capabilities %q", got)
+		}
+	}
+	mustDocker(t, "rm", "-f", name)
+
+	if r := docker(t, "run", "--rm", "--cap-add", "bogus", img, "true"); r != (result{Code: 125, Stderr: "docker: Error response from daemon: invalid CapAdd: unknown capability: \"CAP_BOGUS\"\n\nRun 'docker run --help' for more information\n"}) {
+		t.Errorf("run --cap-add bogus = %+v", r)
+	}
+	if s.Kind == "huskd" {
+		want := result{Code: 125, Stderr: "docker: Error response from daemon: husk does not support --pids-limit yet: the guest has no pids cgroup for the container\n\nRun 'docker run --help' for more information\n"}
+		if r := docker(t, "run", "--rm", "--pids-limit", "5", img, "true"); r != want {
+			t.Errorf("run --pids-limit = %+v", r)
+		}
+	}
+
+	// --init: PID 1 is the init running the command; it passes on exit
+	// codes and signals and reaps orphans.
+	out := mustDocker(t, "run", "--rm", "--init", img, "ps")
+	if !regexp.MustCompile(`(?m)^\s+1 root\s+/sbin/docker-init -- ps$`).MatchString(out) || !regexp.MustCompile(`(?m)^\s+\d+ root\s+ps$`).MatchString(out) {
+		t.Errorf("ps under --init:\n%s", out)
+	}
+	for _, tt := range []struct {
+		script string
+		code   int
+	}{{"exit 3", 3}, {"kill -9 $$", 137}} {
+		if r := docker(t, "run", "--rm", "--init", img, "sh", "-c", tt.script); r.Code != tt.code {
+			t.Errorf("run --init sh -c %q: exit %d, want %d (%+v)", tt.script, r.Code, tt.code, r)
+		}
+	}
+	initName := containerName(t, "-init")
+	mustDocker(t, "run", "-d", "--name", initName, "--init", img, "sh", "-c", `trap "exit 7" TERM; sleep 1000 & wait`)
+	if got := mustDocker(t, "inspect", "-f", "{{.HostConfig.Init}}", initName); got != "true\n" {
+		t.Errorf("HostConfig.Init = %q", got)
+	}
+	mustDocker(t, "exec", initName, "sh", "-c", "sleep 0.1 & exit 0")
+	eventually(t, "the orphaned sleep is reaped", func() string {
+		out := docker(t, "exec", initName, "sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null | grep -c ') Z ' || true").Stdout
+		if strings.TrimSpace(out) != "0" {
+			return "zombies: " + out
+		}
+		return ""
+	})
+	mustDocker(t, "stop", initName)
+	if got := mustDocker(t, "inspect", "-f", "{{.State.ExitCode}}", initName); got != "7\n" {
+		t.Errorf("exit code after stop = %q, want 7 (SIGTERM forwarded to the trap)", got)
+	}
+	mustDocker(t, "rm", initName)
+}
+
+// collapseSpaces makes runs of blanks one space, so columns and tabs
+// compare equal.
+func collapseSpaces(s string) string {
+	return regexp.MustCompile(`[ \t]+`).ReplaceAllString(s, " ")
+}

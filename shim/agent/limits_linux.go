@@ -1,0 +1,178 @@
+//go:build linux
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// applySysctls writes the container's --sysctl settings. The guest is the
+// container, so every setting is the container's own; a name the guest
+// kernel does not have fails the setup, in runc's words.
+func applySysctls(procSys string, sysctls map[string]string) error {
+	keys := make([]string, 0, len(sysctls))
+	for k := range sysctls {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		path := filepath.Join(procSys, strings.ReplaceAll(k, ".", "/"))
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			return &agentError{proto.KindInvalid, fmt.Sprintf("sysctl %s: %v", k, err)}
+		}
+		_, err = f.WriteString(sysctls[k])
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return &agentError{proto.KindInvalid, fmt.Sprintf("sysctl %s=%s: %v", k, sysctls[k], err)}
+		}
+	}
+	return nil
+}
+
+// rlimitResource maps Docker's --ulimit names to setrlimit resources.
+func rlimitResource(name string) (int, bool) {
+	switch name {
+	case "as":
+		return unix.RLIMIT_AS, true
+	case "core":
+		return unix.RLIMIT_CORE, true
+	case "cpu":
+		return unix.RLIMIT_CPU, true
+	case "data":
+		return unix.RLIMIT_DATA, true
+	case "fsize":
+		return unix.RLIMIT_FSIZE, true
+	case "locks":
+		return unix.RLIMIT_LOCKS, true
+	case "memlock":
+		return unix.RLIMIT_MEMLOCK, true
+	case "msgqueue":
+		return unix.RLIMIT_MSGQUEUE, true
+	case "nice":
+		return unix.RLIMIT_NICE, true
+	case "nofile":
+		return unix.RLIMIT_NOFILE, true
+	case "nproc":
+		return unix.RLIMIT_NPROC, true
+	case "rss":
+		return unix.RLIMIT_RSS, true
+	case "rtprio":
+		return unix.RLIMIT_RTPRIO, true
+	case "rttime":
+		return unix.RLIMIT_RTTIME, true
+	case "sigpending":
+		return unix.RLIMIT_SIGPENDING, true
+	case "stack":
+		return unix.RLIMIT_STACK, true
+	}
+	return 0, false
+}
+
+// rlimitValue reads Docker's -1 as unlimited.
+func rlimitValue(v int64) uint64 {
+	if v < 0 {
+		return unix.RLIM_INFINITY
+	}
+	return uint64(v)
+}
+
+// applyRlimits sets the process's limits, before it gives up the
+// capability to raise them.
+func applyRlimits(limits []proto.Rlimit) error {
+	for _, l := range limits {
+		res, ok := rlimitResource(l.Type)
+		if !ok {
+			return &agentError{proto.KindInvalid, fmt.Sprintf("invalid ulimit type: %s", l.Type)}
+		}
+		lim := unix.Rlimit{Cur: rlimitValue(l.Soft), Max: rlimitValue(l.Hard)}
+		if err := unix.Setrlimit(res, &lim); err != nil {
+			return fmt.Errorf("setrlimit %s %d:%d: %w", l.Type, l.Soft, l.Hard, err)
+		}
+	}
+	return nil
+}
+
+// boundCapabilities drops from the bounding set every capability caps does
+// not name. That is all it takes to give the program runc's sets: execve
+// makes a root process's permitted and effective sets its bounding set,
+// and leaves any other user's empty.
+func boundCapabilities(caps *proto.Capabilities) error {
+	if caps == nil {
+		return nil
+	}
+	names := proto.CapabilityNames()
+	keep := map[int]bool{}
+	for _, n := range caps.Bounding {
+		i := slices.Index(names, n)
+		if i < 0 {
+			return &agentError{proto.KindInvalid, fmt.Sprintf("unknown capability %q", n)}
+		}
+		keep[i] = true
+	}
+	last := len(names) - 1
+	// A newer guest kernel may know more capabilities than the table;
+	// those are dropped too.
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if keep[c] {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// remountReadOnly makes the mount at path read-only in this mount
+// namespace only.
+func remountReadOnly(path string) error {
+	if err := unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", path, err)
+	}
+	return nil
+}
+
+// shmData is /dev/shm's mount data for --shm-size (64 MiB by default).
+func shmData(size int64) string {
+	if size <= 0 {
+		size = 64 << 20
+	}
+	return "mode=1777,size=" + strconv.FormatInt(size, 10)
+}
+
+// bindFile binds the file src on dst, creating the mount point.
+func bindFile(src, dst string, readOnly bool) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(dst), err)
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		return fmt.Errorf("create mount point %s: %w", dst, err)
+	}
+	f.Close()
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+	}
+	if readOnly {
+		return remountReadOnly(dst)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package proto
+
+import "strings"
+
+// ContainerSettings are the container-wide parts of docker run's resource
+// flags. The agent applies Sysctls on OpSetup, before any process starts,
+// and the rest when it prepares the main process's root.
+type ContainerSettings struct {
+	// ShmSize is /dev/shm's size in bytes (--shm-size); 0 means 64 MiB.
+	ShmSize int64 `json:"shmSize,omitempty"`
+	// ReadOnly mounts the container's root filesystem, and the /etc files
+	// the agent binds into it, read-only (--read-only); /dev, /dev/shm,
+	// /proc and volumes and tmpfs mounts stay writable.
+	ReadOnly bool `json:"readOnly,omitempty"`
+	// Sysctls are written under /proc/sys ("net.ipv4.ip_forward" →
+	// /proc/sys/net/ipv4/ip_forward). The guest is the container, so its
+	// namespaced and global settings alike are the container's own.
+	Sysctls map[string]string `json:"sysctls,omitempty"`
+	// Init runs the main process under a minimal init as PID 1 (--init),
+	// which forwards signals to it and reaps orphans.
+	Init bool `json:"init,omitempty"`
+}
+
+// Rlimit is one --ulimit: Type is Docker's name ("nofile", "nproc", ...,
+// see RlimitNames).
+type Rlimit struct {
+	Type string `json:"type"`
+	Soft int64  `json:"soft"`
+	Hard int64  `json:"hard"`
+}
+
+// Capabilities is a process's capability bounding set, by name
+// ("CAP_CHOWN"). As under runc, a root process gets the whole set as
+// permitted and effective capabilities, any other user none.
+type Capabilities struct {
+	Bounding []string `json:"bounding"`
+}
+
+// rlimitNames are Docker's --ulimit names.
+const rlimitNames = "as core cpu data fsize locks memlock msgqueue nice nofile nproc rss rtprio rttime sigpending stack"
+
+// RlimitNames lists the names a Rlimit's Type may have.
+func RlimitNames() []string { return strings.Fields(rlimitNames) }
+
+// capabilityNames are the capabilities of Linux 6.1 in number order.
+const capabilityNames = "CAP_CHOWN CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_FOWNER CAP_FSETID CAP_KILL " +
+	"CAP_SETGID CAP_SETUID CAP_SETPCAP CAP_LINUX_IMMUTABLE CAP_NET_BIND_SERVICE CAP_NET_BROADCAST " +
+	"CAP_NET_ADMIN CAP_NET_RAW CAP_IPC_LOCK CAP_IPC_OWNER CAP_SYS_MODULE CAP_SYS_RAWIO CAP_SYS_CHROOT " +
+	"CAP_SYS_PTRACE CAP_SYS_PACCT CAP_SYS_ADMIN CAP_SYS_BOOT CAP_SYS_NICE CAP_SYS_RESOURCE CAP_SYS_TIME " +
+	"CAP_SYS_TTY_CONFIG CAP_MKNOD CAP_LEASE CAP_AUDIT_WRITE CAP_AUDIT_CONTROL CAP_SETFCAP CAP_MAC_OVERRIDE " +
+	"CAP_MAC_ADMIN CAP_SYSLOG CAP_WAKE_ALARM CAP_BLOCK_SUSPEND CAP_AUDIT_READ CAP_PERFMON CAP_BPF " +
+	"CAP_CHECKPOINT_RESTORE"
+
+// CapabilityNames lists every capability name; a name's index is its
+// number.
+func CapabilityNames() []string { return strings.Fields(capabilityNames) }
