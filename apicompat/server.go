@@ -174,6 +174,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/images/prune", s.pruneImages)
 	s.handle(http.MethodGet, "/system/df", s.getDiskUsage)
 	s.handle(http.MethodPost, "/build/prune", s.postBuildPrune)
+	s.handle(http.MethodPost, "/auth", s.postAuth)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route
