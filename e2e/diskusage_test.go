@@ -18,17 +18,16 @@ import (
 func TestSystemDF(t *testing.T) {
 	requireSuite(t)
 	img := pulled(t, testimages.Busybox)
-	name := containerName(t, "")
-	running := containerName(t, "-running")
+	// Registered first, so removed after the containers that use it.
 	vol := namePrefix(t) + "-vol"
 	mustDocker(t, "volume", "create", vol)
 	t.Cleanup(func() { docker(t, "volume", "rm", "-f", vol) })
+	name := containerName(t, "")
+	running := containerName(t, "-running")
 	mustDocker(t, "run", "--name", name, "--label", "e2e.df=1", "-v", vol+":/v", img,
 		"sh", "-c", "echo hell > /f; mkdir -p /d/e; head -c 3000 /dev/zero > /d/e/z; ln /d/e/z /hl; echo abc > /v/x")
-	mustDocker(t, "run", "-d", "--name", running, img, "sh", "-c", "echo hello > /g; sleep 1000")
-	t.Cleanup(func() { docker(t, "rm", "-f", running) })
-	// The file is written once the shell has run; `exec` waits for it.
-	mustDocker(t, "exec", running, "cat", "/g")
+	mustDocker(t, "run", "-d", "--name", running, img, "sleep", "1000")
+	mustDocker(t, "exec", running, "sh", "-c", "echo hello > /g")
 
 	imgSize, err := strconv.ParseInt(strings.TrimSpace(mustDocker(t, "image", "inspect", "-f", "{{.Size}}", img)), 10, 64)
 	if err != nil {
