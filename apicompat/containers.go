@@ -207,9 +207,12 @@ func (s *server) waitContainer(ctx context.Context, w http.ResponseWriter, r *ht
 	return encodeJSON(w, resp)
 }
 
-func (s *server) inspectContainer(ctx context.Context, w http.ResponseWriter, _ *http.Request, vars map[string]string) error {
+func (s *server) inspectContainer(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error {
 	resp, err := s.cfg.Containers.Inspect(ctx, vars["name"])
 	if err != nil {
+		return err
+	}
+	if err := s.inspectSize(ctx, r, &resp); err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, inspectBody(ctx, resp))

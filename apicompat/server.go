@@ -172,6 +172,9 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/commit", s.postCommit)
 	s.handle(http.MethodPost, "/containers/{name}/update", s.updateContainer)
 	s.handle(http.MethodPost, "/images/prune", s.pruneImages)
+	s.handle(http.MethodGet, "/system/df", s.getDiskUsage)
+	s.handle(http.MethodPost, "/build/prune", s.postBuildPrune)
+	s.handle(http.MethodPost, "/auth", s.postAuth)
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route

@@ -58,6 +58,11 @@ func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry
 	}
 	desc, err := remote.Get(rref, opts...)
 	if err != nil {
+		if ctx.Err() == nil {
+			if aerr, ok := registryAuthError(err, auth, manifestURL(rref)); ok {
+				return aerr
+			}
+		}
 		return translatePullError(ctx, err, named)
 	}
 
@@ -426,7 +431,7 @@ func parsePlatform(p string) (*v1.Platform, error) {
 }
 
 func authenticator(a *registry.AuthConfig) authn.Authenticator {
-	if a == nil || (a.Username == "" && a.Password == "" && a.Auth == "" && a.IdentityToken == "" && a.RegistryToken == "") {
+	if anonymous(a) {
 		return authn.Anonymous
 	}
 	return authn.FromConfig(authn.AuthConfig{

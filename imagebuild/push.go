@@ -3,7 +3,6 @@ package imagebuild
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -114,14 +113,14 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 	}
 	client, err := blobChecker(ctx, repo, authenticator(auth), rt)
 	if err != nil {
-		return translatePushError(ctx, err)
+		return translatePushError(ctx, err, auth)
 	}
 	for i := len(rec.Layers) - 1; i >= 0; i-- {
 		l := rec.Layers[i]
 		id := shortID(l.DiffID.String())
 		exists, err := client.has(ctx, l.Digest)
 		if err != nil {
-			return translatePushError(ctx, err)
+			return translatePushError(ctx, err, auth)
 		}
 		if exists {
 			out.send(jsonstream.Message{ID: id, Status: "Layer already exists", Progress: &jsonstream.Progress{}})
@@ -142,14 +141,14 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 		err = remote.WriteLayer(repo, layer, append(opts, remote.WithProgress(updates))...)
 		<-done
 		if err != nil {
-			return translatePushError(ctx, err)
+			return translatePushError(ctx, err, auth)
 		}
 		out.send(jsonstream.Message{ID: id, Status: "Pushed", Progress: &jsonstream.Progress{}})
 	}
 	// Write finds the layers there, uploads the config and puts the
 	// manifest.
 	if err := remote.Write(rref, img, opts...); err != nil {
-		return translatePushError(ctx, err)
+		return translatePushError(ctx, err, auth)
 	}
 	raw, err := img.RawManifest()
 	if err != nil {
@@ -257,13 +256,12 @@ func (c *blobClient) has(ctx context.Context, h v1.Hash) (bool, error) {
 }
 
 // translatePushError words registry failures as dockerd does for a push.
-func translatePushError(ctx context.Context, err error) error {
+func translatePushError(ctx context.Context, err error, auth *registry.AuthConfig) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	var terr *transport.Error
-	if errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized {
-		return errdefs.ErrUnauthenticated.WithMessage("unauthorized: authentication required")
+	if aerr, ok := registryAuthError(err, auth, ""); ok {
+		return aerr
 	}
 	return err
 }

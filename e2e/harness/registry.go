@@ -25,6 +25,12 @@ type Registry struct {
 // StartRegistry starts a registry inside ns with its storage and log under
 // dir, and waits until it answers /v2/.
 func StartRegistry(ctx context.Context, ns *Netns, dir string) (*Registry, error) {
+	return startRegistry(ctx, ns, dir, "", http.StatusOK)
+}
+
+// startRegistry starts a registry with extra appended to its
+// configuration; it is ready when GET /v2/ answers readyStatus.
+func startRegistry(ctx context.Context, ns *Netns, dir, extra string, readyStatus int) (*Registry, error) {
 	port, err := ns.FreePort()
 	if err != nil {
 		return nil, err
@@ -40,7 +46,7 @@ storage:
     enabled: true
 http:
   addr: %s
-`, filepath.Join(dir, "storage"), host)
+`, filepath.Join(dir, "storage"), host) + extra
 	configPath := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return nil, fmt.Errorf("write registry config: %w", err)
@@ -61,7 +67,7 @@ http:
 			return err
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode != readyStatus {
 			return fmt.Errorf("GET /v2/: %s", resp.Status)
 		}
 		return nil

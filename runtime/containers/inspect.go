@@ -100,6 +100,9 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 	if opts.Limit > 0 && len(out) > opts.Limit {
 		out = out[:opts.Limit]
 	}
+	if opts.Size {
+		m.fillSizes(ctx, out)
+	}
 	if out == nil {
 		out = []container.Summary{}
 	}

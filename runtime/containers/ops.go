@@ -245,6 +245,8 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (container.Prune
 			!allLabels(opts.Filters["label"], labelsOf(rec.Config)) || anyLabel(opts.Filters["label!"], labelsOf(rec.Config)) {
 			continue
 		}
+		// Measured before the removal, as dockerd does, for SpaceReclaimed.
+		rw, _, sizeErr := m.size(ctx, c)
 		if err := m.remove(ctx, c, RemoveOptions{}); err != nil {
 			if errdefs.IsConflict(err) {
 				continue // started meanwhile
@@ -252,6 +254,9 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (container.Prune
 			return report, err
 		}
 		report.ContainersDeleted = append(report.ContainersDeleted, rec.ID)
+		if sizeErr == nil {
+			report.SpaceReclaimed += uint64(rw)
+		}
 	}
 	return report, nil
 }

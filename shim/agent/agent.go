@@ -338,6 +338,8 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return a.archive(s, req)
 	case proto.OpChanges, proto.OpDiffLayer, proto.OpExport:
 		return a.changesOp(ctx, s, req)
+	case proto.OpLayerSize:
+		return a.layerSize(ctx, s)
 	}
 
 	p := a.lookup(req.ID)

@@ -94,6 +94,8 @@ type Response struct {
 	Stats *GuestStats `json:"stats,omitempty"`
 	// Changes answers OpChanges.
 	Changes []Change `json:"changes,omitempty"`
+	// LayerSize answers OpLayerSize, in bytes.
+	LayerSize *int64 `json:"layerSize,omitempty"`
 }
 
 // ErrorKind lets the host map guest failures to the error Docker users see.
