@@ -13,7 +13,7 @@ import (
 // sees, as under runc, which joins every namespace of the container: its
 // /dev/shm (size and contents), a --tmpfs and a bind mount with what the
 // main process wrote there, the same mount table, the hostname of -h and
-// the same namespaces.
+// the same namespaces, and its read-only root.
 func TestExecNamespaces(t *testing.T) {
 	requireSuite(t)
 	img := pulled(t, testimages.Busybox)
@@ -83,4 +83,13 @@ func TestExecNamespaces(t *testing.T) {
 		t.Errorf("cp of what was copied under the tmpfs: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	mustDocker(t, "rm", "-f", name)
+
+	// The exec is held to the main process's read-only root too.
+	ro := containerName(t, "-ro")
+	mustDocker(t, "run", "-d", "--name", ro, "--read-only", img, "sleep", "1000")
+	want = "touch: /x: Read-only file system\n"
+	if r := docker(t, "exec", ro, "touch", "/x"); r != (result{Code: 1, Stderr: want}) {
+		t.Errorf("exec touch /x in a --read-only container = %+v, want exit 1 and %q", r, want)
+	}
+	mustDocker(t, "rm", "-f", ro)
 }
