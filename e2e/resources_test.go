@@ -31,10 +31,9 @@ func TestResourceFlags(t *testing.T) {
 	}
 
 	// Defaults, and execs: the container's limits and capabilities; a
-	// non-root user none; a privileged exec all. (An exec does not join
-	// the container's mount namespace, so its /proc/mounts, and df, do
-	// not show the container's /dev/shm: the main process reports the
-	// default size.)
+	// non-root user none; a privileged exec all. The main process reports
+	// the default /dev/shm size (TestExecNamespaces checks that an exec
+	// sees the same /dev/shm).
 	name := containerName(t, "")
 	mustDocker(t, "run", "-d", "--name", name, "--ulimit", "nofile=1024:2048", img, "sh", "-c", "df /dev/shm | tail -1; exec sleep 1000")
 	eventually(t, "the default /dev/shm size is logged", func() string {

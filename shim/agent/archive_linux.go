@@ -25,7 +25,12 @@ const archiveArg0 = "husk-agent-archive"
 
 // archiveConfig is what the agent hands its archive helper on configFd.
 type archiveConfig struct {
-	Root string            `json:"root"`
+	Root string `json:"root"`
+	// Hide are mount points (in the agent's namespace) the helper
+	// detaches in its private mount namespace before it looks at any
+	// path: the container's tmpfs mounts, which dockerd's archive
+	// operations do not see either.
+	Hide []string          `json:"hide,omitempty"`
 	Op   proto.Op          `json:"op"`
 	Spec proto.ArchiveSpec `json:"spec"`
 }
@@ -53,12 +58,12 @@ func (a *Agent) archive(s *stream, req *proto.Request) error {
 		return &agentError{proto.KindInvalid, "archive: missing spec"}
 	}
 	a.mu.Lock()
-	root := a.root
+	root, hide := a.root, a.mounts.hiddenFromArchive()
 	a.mu.Unlock()
 	if root == "" {
 		return &agentError{proto.KindInvalid, "archive: the container root is not set up"}
 	}
-	h, err := a.startArchiveHelper(archiveConfig{Root: root, Op: req.Op, Spec: *req.Archive})
+	h, err := a.startArchiveHelper(archiveConfig{Root: root, Hide: hide, Op: req.Op, Spec: *req.Archive})
 	if err != nil {
 		return err
 	}
@@ -162,8 +167,15 @@ func (a *Agent) startArchiveHelper(cfg archiveConfig) (_ *archiveHelper, retErr 
 
 	p := &process{id: "archive", exited: make(chan struct{}), release: func() {}}
 	a.pmu.Lock()
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if len(cfg.Hide) > 0 {
+		// The child unshares before it execs, while it has a single
+		// thread, and Go makes the new namespace's mounts private, so
+		// what the helper detaches stays mounted for the container.
+		sys.Unshareflags = syscall.CLONE_NEWNS
+	}
 	proc, err := os.StartProcess(a.opts.Exe, []string{archiveArg0}, &os.ProcAttr{
-		Env: []string{}, Files: files.child, Sys: &syscall.SysProcAttr{Setsid: true},
+		Env: []string{}, Files: files.child, Sys: sys,
 	})
 	if err == nil {
 		p.pid, p.osProc = proc.Pid, proc
@@ -199,6 +211,12 @@ func archiveHelperMain(enc *json.Encoder) error {
 	cfgFile.Close()
 	if err != nil {
 		return fmt.Errorf("read archive config: %w", err)
+	}
+	for _, p := range cfg.Hide {
+		// EINVAL: no longer a mount point (already covered by another).
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("hide tmpfs %s: %w", p, err)
+		}
 	}
 	if err := unix.Chroot(cfg.Root); err != nil {
 		return fmt.Errorf("chroot %s: %w", cfg.Root, err)

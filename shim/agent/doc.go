@@ -10,7 +10,12 @@
 // program is PID 1 of its namespace, as under Docker. That child mounts the
 // container's /proc, /sys and /dev privately, chroots into the root prepared
 // by Setup, resolves the user and execs the program; failures before the
-// exec come back over a close-on-exec pipe.
+// exec come back over a close-on-exec pipe. A docker exec goes the same way
+// but joins every namespace of the main process instead (joinns_linux.go),
+// so it sees the container's mounts; the IPC, network and cgroup
+// namespaces are the guest's own, which the guest gives the container
+// alone. Archive operations (docker cp) see the container root with its
+// volumes but, as with dockerd, not its tmpfs mounts.
 //
 // Hand-rolled parts: /etc/passwd and /etc/group resolution follows runc's
 // rules (github.com/moby/sys/user) but is a few dozen lines here so the

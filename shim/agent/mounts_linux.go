@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,22 @@ type mounter struct {
 	// mounted lists the mount points made, in order, as absolute paths
 	// in the agent's namespace.
 	mounted []string
+	// tmpfs lists the tmpfs mount points among mounted, which archive
+	// operations do not see (see hiddenFromArchive).
+	tmpfs []string
+}
+
+// hiddenFromArchive returns the mount points that docker cp must not look
+// through. dockerd serves archive operations from the container's root
+// filesystem with its volumes and bind mounts, not from the container's
+// mount namespace, so a --tmpfs mount is invisible to it (a documented
+// corner case of docker cp): reads see, and writes go to, the directory
+// underneath.
+func (m *mounter) hiddenFromArchive() []string {
+	if m == nil {
+		return nil
+	}
+	return slices.Clone(m.tmpfs)
 }
 
 // flagsOf splits mount options into flags and data.
@@ -112,6 +129,7 @@ func (m *mounter) applyOne(rootfd int, spec proto.MountSpec) error {
 			return err
 		}
 		m.mounted = append(m.mounted, where)
+		m.tmpfs = append(m.tmpfs, where)
 		return nil
 	case proto.MountVirtiofs:
 		return m.applyShare(rootfd, spec, flags)
@@ -177,7 +195,7 @@ func (m *mounter) release() error {
 			}
 		}
 	}
-	m.mounted = nil
+	m.mounted, m.tmpfs = nil, nil
 	return errors.Join(errs...)
 }
 

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -439,40 +438,4 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 		}
 	}
 	return p, nil
-}
-
-// startInNamespaces starts the child in the PID and UTS namespaces of
-// targetPid. Namespaces for children are per thread, so this happens on a
-// locked thread that is thrown away afterwards instead of being returned to
-// the Go scheduler with foreign namespaces.
-func startInNamespaces(exe string, attr *os.ProcAttr, targetPid int) (*os.Process, error) {
-	type result struct {
-		p   *os.Process
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the thread ends with this goroutine.
-		for _, ns := range []struct {
-			name string
-			flag int
-		}{{"pid", unix.CLONE_NEWPID}, {"uts", unix.CLONE_NEWUTS}} {
-			fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", targetPid, ns.name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				ch <- result{err: fmt.Errorf("open %s namespace of pid %d: %w", ns.name, targetPid, err)}
-				return
-			}
-			err = unix.Setns(fd, ns.flag)
-			unix.Close(fd)
-			if err != nil {
-				ch <- result{err: fmt.Errorf("join %s namespace of pid %d: %w", ns.name, targetPid, err)}
-				return
-			}
-		}
-		p, err := os.StartProcess(exe, []string{initArg0}, attr)
-		ch <- result{p, err}
-	}()
-	r := <-ch
-	return r.p, r.err
 }

@@ -157,8 +157,8 @@ type ProcessSpec struct {
 	// Stdin: the host will attach an OpStdin stream; otherwise stdin is
 	// /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
-	// Exec: run in the PID namespace of the process named ExecOf instead of
-	// a new one (docker exec).
+	// Exec: run in the namespaces (PID, mount, UTS, ...) of the process
+	// named ExecOf instead of new ones (docker exec).
 	ExecOf string `json:"execOf,omitempty"`
 	// Rlimits are set before the program runs (--ulimit).
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
