@@ -71,6 +71,7 @@ func TestBench(t *testing.T) {
 	}
 
 	benchRun(t, b, binDir, img, ref, runs)
+	benchPool(t, b, img, ref, runs)
 	benchFirstExec(t, b, img, runs)
 	benchMemory(t, b, img)
 	benchConcurrent(t, b, img, max(runs/2, 2))

@@ -327,21 +327,28 @@ func (w *world) serveControl(ctx context.Context, req *os.File, ans *os.File) {
 	for sc.Scan() {
 		var err error
 		answer := "ok"
-		switch sc.Text() {
-		case "restart":
+		switch req := sc.Text(); {
+		case strings.HasPrefix(req, "restart-with"):
+			// "restart-with ARGS...": restart with these extra daemon
+			// flags from now on (none: back to the default command line).
+			w.daemon.SetExtraArgs(strings.Fields(strings.TrimPrefix(req, "restart-with")))
 			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
 			err = w.daemon.Restart(rctx)
 			cancel()
-		case "crash":
+		case req == "restart":
+			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
+			err = w.daemon.Restart(rctx)
+			cancel()
+		case req == "crash":
 			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
 			err = w.daemon.Crash(rctx)
 			cancel()
-		case "reference":
+		case req == "reference":
 			var host string
 			host, err = w.startReference(ctx)
 			answer = "ok " + host
 		default:
-			err = fmt.Errorf("unknown control request %q", sc.Text())
+			err = fmt.Errorf("unknown control request %q", req)
 		}
 		if err != nil {
 			answer = "error " + strings.ReplaceAll(err.Error(), "\n", " ")

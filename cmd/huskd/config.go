@@ -35,6 +35,9 @@ type Config struct {
 	BridgeIP string `json:"bip"`
 	// Templates starts containers from snapshots of booted guests.
 	Templates bool `json:"templates"`
+	// PoolSize is the number of VMs per shape restored from templates
+	// ahead of time, paused (0: none).
+	PoolSize int `json:"pool-size"`
 }
 
 func defaults() Config {
@@ -68,6 +71,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "debug", Aliases: []string{"D"}, Usage: "debug logging"},
 		&cli.StringFlag{Name: "bip", Value: d.BridgeIP, Usage: "default bridge's gateway address and subnet, ADDR/LEN"},
 		&cli.BoolFlag{Name: "templates", Value: d.Templates, Usage: "start containers from snapshots of booted guests (--templates=false boots each one)"},
+		&cli.IntFlag{Name: "pool-size", Value: d.PoolSize, Usage: "VMs per shape in use kept restored from templates ahead of time, paused (0: none)"},
 	}
 }
 
@@ -105,11 +109,15 @@ func loadConfig(c *cli.Context) (Config, error) {
 	set("debug", func() { cfg.Debug = c.Bool("debug") })
 	set("bip", func() { cfg.BridgeIP = c.String("bip") })
 	set("templates", func() { cfg.Templates = c.Bool("templates") })
+	set("pool-size", func() { cfg.PoolSize = c.Int("pool-size") })
 	if len(cfg.Hosts) == 0 {
 		return cfg, errors.New("no --host to listen on")
 	}
 	if _, err := netip.ParsePrefix(cfg.BridgeIP); err != nil {
 		return cfg, fmt.Errorf("--bip %q: want an address and prefix length like %s", cfg.BridgeIP, network.DefaultBridgeIP)
+	}
+	if cfg.PoolSize < 0 {
+		return cfg, fmt.Errorf("--pool-size must not be negative (got %d)", cfg.PoolSize)
 	}
 	if cfg.MemoryMiB < 64 || cfg.CPUs < 1 {
 		return cfg, fmt.Errorf("--memory must be at least 64 and --cpus at least 1 (got %d, %d)", cfg.MemoryMiB, cfg.CPUs)

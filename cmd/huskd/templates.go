@@ -5,14 +5,23 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/husk-vm/husk/runtime/containers"
+	"github.com/husk-vm/husk/runtime/network"
+	"github.com/husk-vm/husk/runtime/pool"
 	"github.com/husk-vm/husk/runtime/templates"
 	"github.com/husk-vm/husk/runtime/vmm"
 )
 
-// daemonTemplates is the daemon's template manager; its methods are safe
-// on nil (templates off).
-type daemonTemplates struct{ m *templates.Manager }
+// daemonTemplates is the daemon's template manager and, with
+// --pool-size, its pool of VMs restored ahead of time; its methods are
+// safe on nil (templates off).
+type daemonTemplates struct {
+	m    *templates.Manager
+	pool *pool.Pool // nil: no pool
+	log  *slog.Logger
+}
 
 // openTemplates opens the template cache when templates are on and the
 // VMM can start from them (QEMU: hot-plug after restore); nil otherwise.
@@ -34,7 +43,7 @@ func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, log 
 		log.Warn("templates off", "err", err)
 		return nil
 	}
-	return &daemonTemplates{m: m}
+	return &daemonTemplates{m: m, log: log}
 }
 
 func (t *daemonTemplates) starter() containers.Templates {
@@ -47,18 +56,60 @@ func (t *daemonTemplates) starter() containers.Templates {
 func (t *daemonTemplates) prepare(ctx context.Context, memoryMiB, cpus, nics int) {
 	if t != nil {
 		t.m.Prepare(ctx, memoryMiB, cpus, nics)
+		if t.pool != nil {
+			t.pool.Prepare(pool.Shape{MemoryMiB: memoryMiB, CPUs: cpus, NICs: nics})
+		}
 	}
 }
 
-// Close stops template builds under way.
+// openPool starts the pool of --pool-size VMs per shape. Call it after
+// the networks have started: their sweep of leftover TAPs must not run
+// while the pool makes its own.
+func (t *daemonTemplates) openPool(ctx context.Context, cfg Config, guest containers.Guest, nets *network.Manager) {
+	if cfg.PoolSize == 0 {
+		return
+	}
+	if t == nil {
+		slog.Default().Info("no VM pool: templates are off")
+		return
+	}
+	p, err := pool.New(ctx, pool.Options{
+		Dir: filepath.Join(cfg.Root, "pool"), Size: cfg.PoolSize, Templates: t.m, Driver: guest.Driver,
+		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline, Accel: guest.Accel,
+		Network: nets, Logger: t.log,
+	})
+	if err != nil {
+		t.log.Warn("no VM pool", "err", err)
+		return
+	}
+	t.pool = p
+	t.log.Info("VM pool", "size", cfg.PoolSize)
+}
+
+// Close drains the pool and stops template builds under way.
 func (t *daemonTemplates) Close() {
 	if t != nil {
+		if t.pool != nil {
+			t.pool.Close()
+		}
 		t.m.Close()
 	}
 }
 
-// Start implements containers.Templates.
+// Start implements containers.Templates: a VM from the pool when one
+// fits, else one restored from its template now.
 func (t *daemonTemplates) Start(ctx context.Context, cfg vmm.Config) (containers.TemplateVM, error) {
+	if t.pool != nil {
+		vm, err := t.pool.Start(ctx, cfg)
+		switch {
+		case err == nil:
+			return containers.TemplateVM{Machine: vm.Machine, Client: vm.Client, DeviceMACs: vm.DeviceMACs, Source: "pool"}, nil
+		case errdefs.IsNotFound(err):
+			t.log.Debug("not from the pool", "id", cfg.ID, "reason", err)
+		default:
+			t.log.Warn("not from the pool: taking a pooled VM failed", "id", cfg.ID, "err", err)
+		}
+	}
 	vm, err := t.m.Start(ctx, cfg)
 	if err != nil {
 		return containers.TemplateVM{}, err

@@ -36,6 +36,9 @@ type DaemonConfig struct {
 	// cloud-hypervisor (--vmm cloud-hypervisor, on KVM) instead of QEMU
 	// under TCG (Huskd only).
 	CHBinary string
+	// ExtraArgs are appended to the daemon's command line (e.g.
+	// "--pool-size", "1"); SetExtraArgs changes them for the next start.
+	ExtraArgs []string
 }
 
 // Daemon is a running daemon under test, inside a namespace.
@@ -89,7 +92,8 @@ func (d *Daemon) command() (*exec.Cmd, error) {
 			// what a failing run is diagnosed from.
 			"--debug",
 		}, vmm...)
-		cmd := d.ns.Command(filepath.Join(d.cfg.BinDir, "huskd"), append(args, insecure...)...)
+		args = append(append(args, insecure...), d.cfg.ExtraArgs...)
+		cmd := d.ns.Command(filepath.Join(d.cfg.BinDir, "huskd"), args...)
 		if d.cfg.CHBinary != "" {
 			cmd.Env = append(os.Environ(), "HUSK_CH_BINARY="+d.cfg.CHBinary)
 		}
@@ -111,7 +115,7 @@ func (d *Daemon) command() (*exec.Cmd, error) {
 			"--host", d.Host(),
 			"--bridge=none", "--iptables=false", "--ip6tables=false",
 		}
-		return d.ns.Command("dockerd", append(args, insecure...)...), nil
+		return d.ns.Command("dockerd", append(append(args, insecure...), d.cfg.ExtraArgs...)...), nil
 	default:
 		return nil, fmt.Errorf("unknown daemon kind %q (want %q or %q)", d.cfg.Kind, Huskd, Dockerd)
 	}
@@ -148,6 +152,10 @@ func (d *Daemon) start(ctx context.Context) error {
 func (d *Daemon) Stop(ctx context.Context) error {
 	return d.proc.stop(ctx)
 }
+
+// SetExtraArgs replaces the arguments appended to the daemon's command
+// line from its next start (Restart, Crash) on.
+func (d *Daemon) SetExtraArgs(args []string) { d.cfg.ExtraArgs = args }
 
 // Restart stops the daemon and starts it again on the same state.
 func (d *Daemon) Restart(ctx context.Context) error {

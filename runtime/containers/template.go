@@ -27,6 +27,9 @@ type TemplateVM struct {
 	Client  *host.Client
 	// DeviceMACs are the MACs its NICs have, in cfg.Nets order.
 	DeviceMACs []string
+	// Source says where it came from for the debug log: "pool" (restored
+	// ahead of time, huskd --pool-size) or "" (restored for this start).
+	Source string
 }
 
 // BootLabel on a container set to "cold" makes it boot without a
@@ -68,7 +71,11 @@ func (c *ctr) startContainerVM(ctx context.Context, spec vmSpec, setup *proto.Se
 					}
 				}
 			}
-			m.log.Debug("container VM restored from a template", "id", spec.id, "took", time.Since(start))
+			if vm.Source == "pool" {
+				m.log.Debug("container VM taken from the pool", "id", spec.id, "took", time.Since(start))
+			} else {
+				m.log.Debug("container VM restored from a template", "id", spec.id, "took", time.Since(start))
+			}
 			return vm.Machine, vm.Client, nil
 		case errdefs.IsNotFound(err):
 			m.log.Debug("booting cold", "id", spec.id, "reason", err)

@@ -59,7 +59,6 @@ import (
 	"github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/host"
-	"github.com/husk-vm/husk/shim/proto"
 )
 
 // Files of a template directory (Dir/<key digest>/).
@@ -438,6 +437,8 @@ type VM struct {
 	// DeviceMACs are the MACs of the VM's NICs, in cfg.Nets order: the
 	// template's, until OpSetup gives them the container's.
 	DeviceMACs []string
+	// Template names the template it was restored from (Manager.Template).
+	Template string
 }
 
 // Start restores a VM shaped as cfg from its template, attaches cfg.Disks,
@@ -504,16 +505,12 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 		}
 	}()
 	connected := time.Now()
-	entropy := make([]byte, 64)
-	if _, err := rand.Read(entropy); err != nil {
-		return nil, fmt.Errorf("entropy for the guest: %w", err)
-	}
-	if err := client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy}); err != nil {
-		return nil, fmt.Errorf("refresh a guest restored from a template: %w", err)
+	if err := Refresh(ctx, client); err != nil {
+		return nil, err
 	}
 	m.log.Debug("restored from template", "vm", cfg.ID, "restore", restored.Sub(t0), "hotplug", attached.Sub(restored),
 		"agent", connected.Sub(attached), "refresh", time.Since(connected))
-	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...)}, nil
+	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...), Template: d}, nil
 }
 
 // connect opens an agent session, retrying while the guest boots.

@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// poolVMs are the pids of the processes (pooled QEMUs) whose working
+// directory is in huskd's pool directory: a VM taken from the pool runs
+// in its container's directory instead.
+func poolVMs(t *testing.T) []int {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(suite.DaemonLog), "root", "pool") + "/"
+	procs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, p := range procs {
+		cwd, err := os.Readlink(filepath.Join(p, "cwd"))
+		if err != nil || !strings.HasPrefix(cwd, dir) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(p)); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// logCount is the number of lines of the daemon's log with every one of
+// parts.
+func logCount(t *testing.T, parts ...string) int {
+	t.Helper()
+	b, err := os.ReadFile(suite.DaemonLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPool: huskd restarted with --pool-size 1 keeps one VM of the
+// default shape restored and paused; containers run one after another
+// each take it (the daemon log says so) and still see their own files,
+// hostname, address and MAC, matching inspect; a pool-started container
+// checkpoints and restores; a daemon killed with SIGKILL leaves no pooled
+// VM behind once it is back; and a daemon stopped leaves no pooled VM or
+// spare TAP.
+func TestPool(t *testing.T) {
+	requireBridge(t)
+	if suite.VMM != "qemu" {
+		t.Skip("the pool needs templates, which need QEMU's disk hot-plug")
+	}
+	img := pulled(t, testimages.Busybox)
+	waitTemplate(t)
+
+	const ready = `msg="pool VM ready" shape="256 MiB, 1 CPUs, 1 NICs"`
+	readyBefore := logCount(t, ready)
+	if err := control.do("restart-with --pool-size 1"); err != nil {
+		t.Fatalf("restart huskd with --pool-size 1: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := control.do("restart-with"); err != nil {
+			t.Fatalf("restart huskd without a pool: %v", err)
+		}
+		// The daemon drained its pool when it stopped, and the new one has
+		// none.
+		if pids := poolVMs(t); len(pids) > 0 {
+			t.Errorf("pooled VMs %v outlived the daemon that made them", pids)
+		}
+		if taps := hostLinks(t, "hskp"); len(taps) > 0 {
+			t.Errorf("spare TAPs %v outlived the daemon that made them", taps)
+		}
+	})
+	waitReady := func(n int) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d pooled VMs made since the restart", n), func() string {
+			if got := logCount(t, ready) - readyBefore; got < n {
+				return fmt.Sprintf("%d %q lines since the restart", got, ready)
+			}
+			return ""
+		})
+	}
+
+	seen := map[string]string{}
+	var names []string
+	for i := range 3 {
+		waitReady(i + 1)
+		name := containerName(t, fmt.Sprintf("-%d", i))
+		names = append(names, name)
+		mustDocker(t, "run", "-d", "--name", name, "-e", "X="+name, img, "sh", "-c", templateRunScript)
+		var logs string
+		eventually(t, name+" has printed who it is", func() string {
+			logs = docker(t, "logs", name).Stdout
+			if !strings.Contains(logs, "done") {
+				return "logs so far: " + logs
+			}
+			return ""
+		})
+		kv := parseKV(logs)
+		ep := inspectNet(t, name).NetworkSettings
+		id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
+		hostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", name))
+		switch {
+		case kv["env"] != name:
+			t.Errorf("%s: env X=%q, want %q", name, kv["env"], name)
+		case !strings.Contains(logs, "files-ok"):
+			t.Errorf("%s: the image's files are not visible: %q", name, logs)
+		case kv["host"] != hostname || kv["etc"] != hostname:
+			t.Errorf("%s: hostname %q, /etc/hostname %q, want %q", name, kv["host"], kv["etc"], hostname)
+		case kv["addr"] != ep.IPAddress+"/16":
+			t.Errorf("%s: guest address %q, inspect says %s/16", name, kv["addr"], ep.IPAddress)
+		case !strings.EqualFold(kv["mac"], ep.MacAddress):
+			t.Errorf("%s: guest MAC %q, inspect says %s", name, kv["mac"], ep.MacAddress)
+		}
+		if !daemonLogHas(t, "container VM taken from the pool", "id="+id[:12]) {
+			t.Errorf("%s (%s) was not taken from the pool", name, id[:12])
+		}
+		for _, k := range []string{"host", "addr", "mac"} {
+			if other, dup := seen[k+"="+kv[k]]; dup {
+				t.Errorf("%s and %s share %s %s", other, name, k, kv[k])
+			}
+			seen[k+"="+kv[k]] = name
+		}
+		// The spare TAP became the container's: on the bridge, under the
+		// container's TAP name.
+		if taps := hostLinks(t, "hk"+id[:12]); len(taps) != 1 {
+			t.Errorf("%s: TAPs %v, want one", name, taps)
+		}
+	}
+	for _, name := range names {
+		mustDocker(t, "rm", "-f", name)
+	}
+
+	// A container started from the pool checkpoints and restores.
+	waitReady(4)
+	long := containerName(t, "-ck")
+	mustDocker(t, "run", "-d", "--name", long, img, "sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.2; done")
+	id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", long))
+	if !daemonLogHas(t, "container VM taken from the pool", "id="+id[:12]) {
+		t.Errorf("%s was not taken from the pool", long)
+	}
+	mustDocker(t, "checkpoint", "create", long, "cp")
+	mustDocker(t, "start", "--checkpoint", "cp", long)
+	if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Running}}", long)); got != "true" {
+		t.Fatalf("%s after restore: running %s", long, got)
+	}
+	if out := strings.TrimSpace(mustDocker(t, "exec", long, "cat", "/tmp/n")); out == "" {
+		t.Errorf("%s after restore: /tmp/n is empty", long)
+	}
+	mustDocker(t, "rm", "-f", long)
+
+	// SIGKILL: the pooled VM outlives the daemon; the next one kills it
+	// and its TAP, and makes a new one.
+	waitReady(5)
+	before := poolVMs(t)
+	if len(before) == 0 {
+		t.Fatal("no pooled VM running")
+	}
+	crashDaemon(t)
+	eventually(t, "the pooled VMs of the killed daemon are gone", func() string {
+		for _, pid := range poolVMs(t) {
+			if slices.Contains(before, pid) {
+				return fmt.Sprintf("pid %d of the killed daemon's pool still runs", pid)
+			}
+		}
+		return ""
+	})
+	waitReady(6)
+	eventually(t, "one pooled VM and one spare TAP", func() string {
+		if vms, taps := poolVMs(t), hostLinks(t, "hskp"); len(vms) != 1 || len(taps) != 1 {
+			return fmt.Sprintf("pooled VMs %v, spare TAPs %v", vms, taps)
+		}
+		return ""
+	})
+}
