@@ -60,6 +60,7 @@ import (
 	"github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/templates"
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 const (
@@ -477,7 +478,7 @@ func (p *Pool) restore(ctx context.Context, s Shape) (_ *entry, err error) {
 	var nets []vmm.Net
 	for i := range s.NICs {
 		tap := fmt.Sprintf("%s%s%x", TapPrefix, id, i)
-		if err := appendLine(p.recordPath(e), tap); err != nil {
+		if err := vmmproc.AppendLine(p.recordPath(e), tap); err != nil {
 			return nil, err
 		}
 		if err := p.opts.Taps.Add(tap); err != nil {
@@ -550,23 +551,4 @@ func kill(machine vmm.Machine) {
 	defer cancel()
 	_ = machine.Wait(ctx)
 	_ = machine.Cleanup()
-}
-
-// appendLine appends line to the file at path and syncs it.
-func appendLine(path, line string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("record %s: %w", path, err)
-	}
-	_, err = fmt.Fprintln(f, line)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("record %s: %w", path, err)
-	}
-	return nil
 }

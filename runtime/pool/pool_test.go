@@ -17,6 +17,7 @@ import (
 
 	"github.com/husk-vm/husk/runtime/templates"
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -538,7 +539,7 @@ func TestSweepAfterCrash(t *testing.T) {
 	m := &fakeMachine{dir: left, done: make(chan struct{})}
 	w.drv.machines[left] = m
 	w.taps.Add(TapPrefix + "01234567890")
-	if err := appendLine(filepath.Join(w.dir, "0123456789"+tapsSuffix), TapPrefix+"01234567890"); err != nil {
+	if err := vmmproc.AppendLine(filepath.Join(w.dir, "0123456789"+tapsSuffix), TapPrefix+"01234567890"); err != nil {
 		t.Fatal(err)
 	}
 	w.open(t, 1)

@@ -58,6 +58,7 @@ import (
 	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 	"github.com/husk-vm/husk/shim/host"
 )
 
@@ -362,7 +363,7 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	for i := range k.NICs {
 		// Interface names are at most 15 bytes.
 		tap := fmt.Sprintf("hsktpl%s%d", suffix, i)
-		if err := appendLine(filepath.Join(tmp, tapsFile), tap); err != nil {
+		if err := vmmproc.AppendLine(filepath.Join(tmp, tapsFile), tap); err != nil {
 			return meta{}, err
 		}
 		if err := m.opts.Taps.Add(tap); err != nil {
@@ -562,25 +563,6 @@ func randomHex(n int) (string, error) {
 		return "", fmt.Errorf("random name: %w", err)
 	}
 	return hex.EncodeToString(b), nil
-}
-
-// appendLine appends line to the file at path and syncs it.
-func appendLine(path, line string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("record %s: %w", path, err)
-	}
-	_, err = fmt.Fprintln(f, line)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("record %s: %w", path, err)
-	}
-	return nil
 }
 
 func syncDir(dir string) error {

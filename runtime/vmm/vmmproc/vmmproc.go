@@ -58,6 +58,28 @@ func WriteFileAtomic(path string, data []byte) error {
 	return nil
 }
 
+// AppendLine appends line to the file at path and syncs it. Drivers and
+// their callers record what a VM owns (its TAPs) this way before they hand
+// it over, so that a sweep after a crash finds it even if the record is cut
+// short at the last line.
+func AppendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("record %s: %w", path, err)
+	}
+	_, err = fmt.Fprintln(f, line)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("record %s: %w", path, err)
+	}
+	return nil
+}
+
 // PidfdAlive reports whether the process behind pidfd has not exited.
 func PidfdAlive(pidfd int) bool {
 	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
