@@ -189,8 +189,10 @@ func fakeQMP(t *testing.T, path string, script map[string][]string) <-chan []str
 	}
 	got := make(chan []string, 1)
 	go func() {
-		defer l.Close()
 		c, err := l.Accept()
+		// One session only: closing (and so unlinking) the socket before
+		// got is sent lets a test serve the same path again at once.
+		l.Close()
 		if err != nil {
 			got <- nil
 			return
