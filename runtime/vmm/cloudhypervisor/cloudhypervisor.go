@@ -396,19 +396,9 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("vm dir: %w", err)
 	}
-	pid, err := vmmproc.ReadPID(dir, pidFile)
+	pid, pidfd, err := vmmproc.FindRecorded(dir, pidFile, "cloud-hypervisor", func(pid int) bool { return isOurs(pid, dir) })
 	if err != nil {
-		return nil, fmt.Errorf("reattach %s: %w: %w", dir, err, errdefs.ErrNotFound)
-	}
-	// Open the pidfd before checking identity, so the checks are about
-	// the process the pidfd refers to and not a later one with its pid.
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return nil, fmt.Errorf("reattach %s: cloud-hypervisor %d: %w: %w", dir, pid, err, errdefs.ErrNotFound)
-	}
-	if !isOurs(pid, dir) || !vmmproc.PidfdAlive(pidfd) {
-		unix.Close(pidfd)
-		return nil, fmt.Errorf("reattach %s: process %d is not its cloud-hypervisor: %w", dir, pid, errdefs.ErrNotFound)
+		return nil, err
 	}
 	dirFD, err := vmmproc.OpenDir(dir)
 	if err != nil {
@@ -656,28 +646,13 @@ func (m *Machine) Shutdown(ctx context.Context) error {
 
 // Kill implements vmm.Machine: SIGKILL, then wait for the process to go.
 func (m *Machine) Kill() error {
-	select {
-	case <-m.done:
-		return nil
-	default:
-	}
-	err := m.signal(syscall.SIGKILL)
-	if err != nil && !errors.Is(err, os.ErrProcessDone) && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("kill cloud-hypervisor %d: %w", m.pid, err)
-	}
-	<-m.done
-	return nil
+	return vmmproc.Kill("cloud-hypervisor", m.pid, m.done, m.signal)
 }
 
 // Wait implements vmm.Machine. It returns nil once the process has
 // exited, whatever its status.
 func (m *Machine) Wait(ctx context.Context) error {
-	select {
-	case <-m.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return vmmproc.WaitDone(ctx, m.done)
 }
 
 // Cleanup implements vmm.Machine. It removes the sockets, the pid file

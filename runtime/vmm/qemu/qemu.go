@@ -615,19 +615,9 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("vm dir: %w", err)
 	}
-	pid, err := vmmproc.ReadPID(dir, pidFile)
+	pid, pidfd, err := vmmproc.FindRecorded(dir, pidFile, "qemu", func(pid int) bool { return isOurQEMU(pid, dir) })
 	if err != nil {
-		return nil, fmt.Errorf("reattach %s: %w: %w", dir, err, errdefs.ErrNotFound)
-	}
-	// Open the pidfd before checking identity, so the checks are about
-	// the process the pidfd refers to and not a later one with its pid.
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return nil, fmt.Errorf("reattach %s: qemu %d: %w: %w", dir, pid, err, errdefs.ErrNotFound)
-	}
-	if !isOurQEMU(pid, dir) || !vmmproc.PidfdAlive(pidfd) {
-		unix.Close(pidfd)
-		return nil, fmt.Errorf("reattach %s: process %d is not its QEMU: %w", dir, pid, errdefs.ErrNotFound)
+		return nil, err
 	}
 	dirFD, err := vmmproc.OpenDir(dir)
 	if err != nil {
@@ -777,29 +767,14 @@ func (m *Machine) Shutdown(ctx context.Context) error {
 
 // Kill implements vmm.Machine: SIGKILL, then wait for the process to go.
 func (m *Machine) Kill() error {
-	select {
-	case <-m.done:
-		return nil
-	default:
-	}
-	err := m.signal(syscall.SIGKILL)
-	if err != nil && !errors.Is(err, os.ErrProcessDone) && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("kill qemu %d: %w", m.pid, err)
-	}
-	<-m.done
-	return nil
+	return vmmproc.Kill("qemu", m.pid, m.done, m.signal)
 }
 
 // Wait implements vmm.Machine. It returns nil once the process has
 // exited, whatever its status: QEMU's exit code says nothing useful about
 // the guest, and Kill makes it nonzero.
 func (m *Machine) Wait(ctx context.Context) error {
-	select {
-	case <-m.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return vmmproc.WaitDone(ctx, m.done)
 }
 
 // Cleanup implements vmm.Machine. It removes the sockets and the pid file;

@@ -8,12 +8,16 @@ package vmmproc
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
+	"github.com/containerd/errdefs"
 	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
 )
@@ -96,6 +100,55 @@ func WaitPidfd(pidfd int) {
 			continue
 		}
 		return
+	}
+}
+
+// FindRecorded finds the VMM whose pid dir/pidFile records and returns a
+// pidfd for it. The pidfd is opened before ours checks the process's
+// identity, so the check is about the process the pidfd refers to and not
+// a later one that reused its pid. what names the VMM in errors; a missing
+// record, a gone process or another one wrap errdefs.ErrNotFound.
+func FindRecorded(dir, pidFile, what string, ours func(pid int) bool) (pid, pidfd int, err error) {
+	pid, err = ReadPID(dir, pidFile)
+	if err != nil {
+		return 0, -1, fmt.Errorf("reattach %s: %w: %w", dir, err, errdefs.ErrNotFound)
+	}
+	pidfd, err = unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return 0, -1, fmt.Errorf("reattach %s: %s %d: %w: %w", dir, what, pid, err, errdefs.ErrNotFound)
+	}
+	if !ours(pid) || !PidfdAlive(pidfd) {
+		unix.Close(pidfd)
+		return 0, -1, fmt.Errorf("reattach %s: process %d is not its %s: %w", dir, pid, what, errdefs.ErrNotFound)
+	}
+	return pid, pidfd, nil
+}
+
+// Kill sends SIGKILL through signal unless done is already closed, then
+// waits for done: the driver closes it once the process has exited. what
+// and pid name the VMM in errors.
+func Kill(what string, pid int, done <-chan struct{}, signal func(syscall.Signal) error) error {
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	err := signal(syscall.SIGKILL)
+	if err != nil && !errors.Is(err, os.ErrProcessDone) && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill %s %d: %w", what, pid, err)
+	}
+	<-done
+	return nil
+}
+
+// WaitDone returns nil once done is closed (the process exited, whatever
+// its status), or ctx's error first.
+func WaitDone(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -1,9 +1,15 @@
 package vmmproc
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 func TestReadPID(t *testing.T) {
@@ -57,5 +63,55 @@ func TestOutputTail(t *testing.T) {
 	}
 	if got := OutputTail(p); len(got) != 2000 || got[len(got)-3:] != "end" {
 		t.Errorf("tail of a long log: %d bytes ending %q", len(got), got[len(got)-3:])
+	}
+}
+
+func TestFindRecorded(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := FindRecorded(dir, "vmm.pid", "vmm", func(int) bool { return true }); !errdefs.IsNotFound(err) {
+		t.Fatalf("no pid file: %v, want not found", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "vmm.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := FindRecorded(dir, "vmm.pid", "vmm", func(int) bool { return false }); !errdefs.IsNotFound(err) {
+		t.Fatalf("another process: %v, want not found", err)
+	}
+	pid, pidfd, err := FindRecorded(dir, "vmm.pid", "vmm", func(p int) bool { return p == os.Getpid() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	if pid != os.Getpid() || !PidfdAlive(pidfd) {
+		t.Errorf("found pid %d (alive %v), want %d alive", pid, PidfdAlive(pidfd), os.Getpid())
+	}
+}
+
+func TestKill(t *testing.T) {
+	done := make(chan struct{})
+	var sent []syscall.Signal
+	signal := func(sig syscall.Signal) error {
+		sent = append(sent, sig)
+		close(done)
+		return nil
+	}
+	if err := Kill("vmm", 1, done, signal); err != nil || len(sent) != 1 || sent[0] != syscall.SIGKILL {
+		t.Fatalf("Kill: %v, sent %v, want one SIGKILL", err, sent)
+	}
+	if err := Kill("vmm", 1, done, signal); err != nil || len(sent) != 1 {
+		t.Errorf("Kill of an exited process: %v, sent %v, want nothing sent", err, sent)
+	}
+	failing := make(chan struct{})
+	err := Kill("vmm", 7, failing, func(syscall.Signal) error { return syscall.EPERM })
+	if err == nil || err.Error() != "kill vmm 7: operation not permitted" {
+		t.Errorf("Kill with a refused signal: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := WaitDone(ctx, failing); err != context.Canceled {
+		t.Errorf("WaitDone on a cancelled context: %v", err)
+	}
+	if err := WaitDone(context.Background(), done); err != nil {
+		t.Errorf("WaitDone after exit: %v", err)
 	}
 }
