@@ -71,15 +71,10 @@ func (s *server) postCommit(ctx context.Context, w http.ResponseWriter, r *http.
 		return err
 	}
 	// The body is an optional container config; clients send none, or
-	// JSON null (dockerd's httputils.ReadJSON).
-	if err := checkForJSON(r); err != nil {
-		return err
-	}
+	// JSON null.
 	var cfg *container.Config
-	if r.Body != nil && r.ContentLength != 0 {
-		if err := decodeJSONBody(r.Body, &cfg); err != nil {
-			return err
-		}
+	if err := readJSON(r, &cfg); err != nil {
+		return err
 	}
 	opts := CommitOptions{
 		Options: commit.Options{

@@ -24,14 +24,9 @@ func (s *server) updateContainer(ctx context.Context, w http.ResponseWriter, r *
 	if err := parseForm(r); err != nil {
 		return err
 	}
-	if err := checkForJSON(r); err != nil {
-		return err
-	}
 	var cfg container.UpdateConfig
-	if r.Body != nil && r.ContentLength != 0 {
-		if err := decodeJSONBody(r.Body, &cfg); err != nil {
-			return err
-		}
+	if err := readJSON(r, &cfg); err != nil {
+		return err
 	}
 	version := apiVersion(ctx)
 	if versionLess(version, "1.40") {
