@@ -53,6 +53,9 @@ type Options struct {
 	// ConfigureNetwork). Nil ignores SetupSpec.Network: tests that run the
 	// agent on a host must not touch its interfaces.
 	Network func(ctx context.Context, spec *proto.NetworkSpec) error
+	// WarmNetwork runs the interfaces through Network's steps and back on
+	// OpWarm (see WarmNetwork); nil skips that, as Network nil does.
+	WarmNetwork func(ctx context.Context) error
 	// StateDir holds the agent's own files (the container's /etc/hosts,
 	// /etc/hostname, /etc/resolv.conf). Default /run/husk.
 	StateDir string
@@ -97,6 +100,7 @@ type Agent struct {
 	etcDir   string
 	settings *proto.ContainerSettings // set by OpSetup
 	procs    map[string]*process
+	warming  bool // an OpWarm is under way
 
 	// pmu orders process creation against reaping so that no exit goes
 	// unattributed between fork and registration.
@@ -322,6 +326,14 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return a.answerExit(sess, s, p)
 	case proto.OpShutdown:
 		return a.shutdown(ctx, s)
+	case proto.OpWarm:
+		if req.Warm == nil {
+			return &agentError{proto.KindInvalid, "warm: missing spec"}
+		}
+		if err := a.warm(ctx, *req.Warm); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{})
 	case proto.OpRefresh:
 		if err := a.refresh(ctx, req.Refresh); err != nil {
 			return err
@@ -451,6 +463,10 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 	if a.root != "" {
 		return nil
 	}
+	if a.warming {
+		return &agentError{proto.KindInvalid, "setup: the guest is warming up"}
+	}
+	t0 := time.Now()
 	if a.opts.Network != nil && spec.Network != nil {
 		if err := a.opts.Network(ctx, spec.Network); err != nil {
 			return fmt.Errorf("setup: network: %w", err)
@@ -465,6 +481,7 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 	if err := writeEtcFiles(etcDir, spec); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	networked := time.Now()
 	root, err := a.opts.Rootfs.Mount(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
@@ -476,7 +493,8 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 		return fmt.Errorf("setup: %w", err)
 	}
 	a.root, a.hostname, a.etcDir, a.mounts, a.settings = root, spec.Hostname, etcDir, mounts, spec.Settings
-	a.log.Info("container root ready", "root", root, "hostname", spec.Hostname)
+	a.log.Info("container root ready", "root", root, "hostname", spec.Hostname,
+		"network", networked.Sub(t0), "took", time.Since(t0))
 	return nil
 }
 

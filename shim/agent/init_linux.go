@@ -45,6 +45,9 @@ func Reexec() {
 	if len(os.Args) > 0 && os.Args[0] == dockerInitPath {
 		runDockerInit(os.Args[1:])
 	}
+	if len(os.Args) > 0 && os.Args[0] == warmArg0 {
+		os.Exit(0)
+	}
 	if len(os.Args) == 0 || os.Args[0] != initArg0 {
 		return
 	}
@@ -175,7 +178,13 @@ func containerInit() error {
 	// exec.LookPath reads PATH from our own environment, which is thrown
 	// away by the exec below.
 	os.Setenv("PATH", envValue(env, "PATH"))
+	if cfg.NoExec {
+		os.Exit(0)
+	}
 	path, err := exec.LookPath(spec.Args[0])
+	if cfg.Exe != "" {
+		path, err = cfg.Exe, nil
+	}
 	if err != nil {
 		kind := proto.KindNotFound
 		if errors.Is(err, fs.ErrPermission) {

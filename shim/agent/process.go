@@ -176,6 +176,12 @@ type initConfig struct {
 	ShmSize    int64  `json:"shmSize,omitempty"`
 	ReadOnly   bool   `json:"readOnly,omitempty"`
 	InitBinary string `json:"initBinary,omitempty"`
+	// Exe, when set, is run instead of the program Process.Args[0] names
+	// (OpWarm's /proc/self/exe).
+	Exe string `json:"exe,omitempty"`
+	// NoExec makes the init exit 0 where it would exec (OpWarm without a
+	// program it can run).
+	NoExec bool `json:"noExec,omitempty"`
 }
 
 // initFailure is what the child reports when it cannot exec the process.

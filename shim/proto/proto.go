@@ -15,7 +15,7 @@
 // follows depends on the Op:
 //
 //   - OpPing, OpSetup, OpSignal, OpResize, OpShutdown, OpForget, OpRefresh,
-//     OpAddInterface, OpRemoveInterface: nothing; the agent closes the
+//     OpAddInterface, OpRemoveInterface, OpWarm: nothing; the agent closes the
 //     stream.
 //   - OpStart: after the first Response (Pid set, or Error), the stream stays
 //     open; when the process exits the agent sends a second Response with
@@ -70,6 +70,7 @@ type Request struct {
 	Signal  int          `json:"signal,omitempty"`
 	Resize  *WindowSize  `json:"resize,omitempty"`
 	Refresh *RefreshSpec `json:"refresh,omitempty"`
+	Warm    *WarmSpec    `json:"warm,omitempty"`
 	Archive *ArchiveSpec `json:"archive,omitempty"`
 	Diff    *DiffSpec    `json:"diff,omitempty"`
 	// Interface is the argument of OpAddInterface and OpRemoveInterface
