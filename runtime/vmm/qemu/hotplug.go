@@ -2,15 +2,13 @@ package qemu
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
+	"slices"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/vmm"
-	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 // PCI slots on the pc machine. Every device has a fixed slot so that a
@@ -91,17 +89,51 @@ func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
 		}
 		next.Disks = append(next.Disks, layoutDisk{ReadOnly: d.ReadOnly, Serial: d.Serial})
 	}
-	b, err := json.Marshal(next)
-	if err != nil {
-		return fmt.Errorf("encode vm layout: %w", err)
+	return m.setLayout(&next)
+}
+
+// DetachDisks unplugs the VM's last n disks, undoing AttachDisks: each
+// SCSI device, its block node and its fd set go, last first, and the
+// layout no longer has them, so the names and targets are free for the
+// next AttachDisks. The guest should have let the disks go first (a SCSI
+// unplug is a surprise removal). On error the VM may hold some of the
+// disks; callers discard it.
+func (m *Machine) DetachDisks(ctx context.Context, n int) error {
+	m.mu.Lock()
+	l := m.layout
+	m.mu.Unlock()
+	if l == nil || l.Machine != MachinePC {
+		return fmt.Errorf("unplug disks from qemu %d: no hot-plug: %w", m.pid, errdefs.ErrNotImplemented)
 	}
-	if err := vmmproc.WriteFileAtomic(filepath.Join(m.dir, layoutFile), b); err != nil {
+	if n < 0 || n > len(l.Disks) {
+		return fmt.Errorf("unplug %d disks from qemu %d: it has %d: %w", n, m.pid, len(l.Disks), errdefs.ErrInvalidArgument)
+	}
+	q, err := m.QMP(ctx)
+	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	m.layout = &next
-	m.mu.Unlock()
-	return nil
+	defer q.Close()
+	next := *l
+	next.Disks = slices.Clone(l.Disks)
+	for range n {
+		i := len(next.Disks) - 1
+		if err := detachDisk(ctx, q, i); err != nil {
+			return fmt.Errorf("unplug disk %s from qemu %d: %w", next.Disks[i].Serial, m.pid, err)
+		}
+		next.Disks = next.Disks[:i]
+	}
+	return m.setLayout(&next)
+}
+
+// detachDisk undoes attachDisk(i).
+func detachDisk(ctx context.Context, q *QMP, i int) error {
+	if err := deleteDevice(ctx, q, fmt.Sprintf("vdisk%d", i)); err != nil {
+		return err
+	}
+	if err := q.Execute(ctx, "blockdev-del", map[string]any{"node-name": fmt.Sprintf("disk%d", i)}, nil); err != nil {
+		return err
+	}
+	return q.Execute(ctx, "remove-fd", map[string]any{"fdset-id": i + 1}, nil)
 }
 
 // attachDisk plugs disk d as the VM's i-th disk, named as qemuArgs names

@@ -94,3 +94,80 @@ func TestAttachDisksMicroVM(t *testing.T) {
 		t.Fatalf("AttachDisks on microvm: %v, want not implemented", err)
 	}
 }
+
+// TestDetachDisks is the pool's warm-up at the driver's level: two disks
+// plugged into a running VM and unplugged again leave it with the devices
+// it had, so the container's disks then land where a VM started with them
+// has them: the guest sees them under the same names, and a snapshot
+// restores into a VM started with those disks.
+func TestDetachDisks(t *testing.T) {
+	env := needBoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	drv := New(Options{Binary: env.qemu})
+	full := vmConfig(t, env, "full")
+	cfg := vmConfig(t, env, "warmed")
+	cfg.Disks = nil
+	vm, err := drv.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(vm) })
+	m := vm.(*Machine)
+	if r := say(t, ctx, m, "hello"); r != "ready" {
+		t.Fatalf("diskless guest said %q, want ready", r)
+	}
+	if err := m.DetachDisks(ctx, 1); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("detach from a VM without disks: %v, want invalid argument", err)
+	}
+	warm := []vmm.Disk{
+		{Path: full.Disks[0].Path, ReadOnly: true, Serial: "warmb"},
+		{Path: full.Disks[1].Path, Serial: "warmu"},
+	}
+	if err := m.AttachDisks(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	waitSays(t, ctx, m, "ready sda=warmb:ro sdb=warmu:rw")
+	if err := m.DetachDisks(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitSays(t, ctx, m, "ready")
+	if err := m.AttachDisks(ctx, full.Disks); err != nil {
+		t.Fatalf("plug the container's disks after the warm-up's: %v", err)
+	}
+	want := "ready sda=husk-base:ro sdb=husk-upper:rw"
+	waitSays(t, ctx, m, want)
+	if r := say(t, ctx, m, "incr"); r != "count 1" {
+		t.Fatalf("guest counted %q", r)
+	}
+	snap := t.TempDir()
+	if err := m.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	again, err := drv.Restore(ctx, full, snap)
+	if err != nil {
+		t.Fatalf("restore the warmed VM's snapshot into one started with its disks: %v", err)
+	}
+	t.Cleanup(func() { stopVM(again) })
+	if r := say(t, ctx, again, "incr"); r != "count 2" {
+		t.Errorf("restore counted %q, want count 2", r)
+	}
+	if r := say(t, ctx, again, "hello"); r != want {
+		t.Errorf("restore sees %q, want %q", r, want)
+	}
+}
+
+// waitSays asks the guest hello until it answers want.
+func waitSays(t *testing.T, ctx context.Context, m vmm.Machine, want string) {
+	t.Helper()
+	for {
+		got := say(t, ctx, m, "hello")
+		if got == want {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("guest says %q, want %q", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

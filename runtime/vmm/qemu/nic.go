@@ -151,10 +151,19 @@ func (m *Machine) RemoveNIC(ctx context.Context, mac string) error {
 }
 
 // unplugNIC deletes the NIC in slot and its netdev, waiting for the guest
-// to let the device go. Events queued on q by earlier commands are read
-// too, so a DEVICE_DELETED that came early is not missed.
+// to let the device go.
 func unplugNIC(ctx context.Context, q *QMP, slot int) error {
-	id := nicID(slot)
+	if err := deleteDevice(ctx, q, nicID(slot)); err != nil {
+		return err
+	}
+	return q.Execute(ctx, "netdev_del", map[string]string{"id": netdevID(slot)}, nil)
+}
+
+// deleteDevice unplugs device id and waits for QEMU to report it deleted
+// (for a PCI device, once the guest has let it go). Events queued on q by
+// earlier commands are read too, so a DEVICE_DELETED that came early is
+// not missed.
+func deleteDevice(ctx context.Context, q *QMP, id string) error {
 	if err := q.Execute(ctx, "device_del", map[string]string{"id": id}, nil); err != nil {
 		return err
 	}
@@ -170,10 +179,9 @@ func unplugNIC(ctx context.Context, q *QMP, slot int) error {
 			Device string `json:"device"`
 		}
 		if json.Unmarshal(ev.Data, &data) == nil && data.Device == id {
-			break
+			return nil
 		}
 	}
-	return q.Execute(ctx, "netdev_del", map[string]string{"id": netdevID(slot)}, nil)
 }
 
 // pciLayout is the VM's layout when it can hot-plug: a pc machine whose
