@@ -69,6 +69,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		Logger:      log,
 		Rootfs:      &agent.GuestRootfs{},
 		Network:     agent.ConfigureNetwork,
+		WarmNetwork: agent.WarmNetwork,
 		PowerOff:    agent.PowerOff,
 		ReapOrphans: pid1,
 		Refresher:   agent.GuestRefresher{},
