@@ -152,7 +152,7 @@ func run(parent context.Context, cfg Config) error {
 		return fmt.Errorf("start networks: %w", err)
 	}
 
-	tpl.openPool(ctx, cfg, guest, nets)
+	tpl.openPool(ctx, cfg, guest, nets, disks)
 	// The common shape: the default size on one network.
 	tpl.prepare(ctx, cfg.MemoryMiB, cfg.CPUs, 1)
 

@@ -65,7 +65,7 @@ func (t *daemonTemplates) prepare(ctx context.Context, memoryMiB, cpus, nics int
 // openPool starts the pool of --pool-size VMs per shape. Call it after
 // the networks have started: their sweep of leftover TAPs must not run
 // while the pool makes its own.
-func (t *daemonTemplates) openPool(ctx context.Context, cfg Config, guest containers.Guest, nets *network.Manager) {
+func (t *daemonTemplates) openPool(ctx context.Context, cfg Config, guest containers.Guest, nets *network.Manager, disks pool.Disks) {
 	if cfg.PoolSize == 0 {
 		return
 	}
@@ -76,7 +76,7 @@ func (t *daemonTemplates) openPool(ctx context.Context, cfg Config, guest contai
 	p, err := pool.New(ctx, pool.Options{
 		Dir: filepath.Join(cfg.Root, "pool"), Size: cfg.PoolSize, Templates: t.m, Driver: guest.Driver,
 		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline, Accel: guest.Accel,
-		Network: nets, Logger: t.log,
+		Network: nets, Disks: disks, WarmDiskSize: guest.UpperSize, Logger: t.log,
 	})
 	if err != nil {
 		t.log.Warn("no VM pool", "err", err)

@@ -117,6 +117,12 @@ type handover interface {
 	Relocate(dir string) error
 	RecordNICMACs(macs []string) error
 	AttachDisks(ctx context.Context, disks []vmm.Disk) error
+	DetachDisks(ctx context.Context, n int) error
+}
+
+// Disks makes the blank disks a warm-up mounts (*rootfs.Store).
+type Disks interface {
+	NewUpper(ctx context.Context, path string, size int64) error
 }
 
 // Options configure a Pool.
@@ -140,6 +146,11 @@ type Options struct {
 	// Network adopts spare TAPs; without it only VMs without NICs are
 	// handed out.
 	Network Network
+	// Disks, when set, has every pooled VM warmed before it is paused
+	// (warm); WarmDiskSize is the apparent size of its disks (the
+	// containers' upper size, whose template the store has).
+	Disks        Disks
+	WarmDiskSize int64
 	// Retry is the wait after a failed restore, doubled on each further
 	// failure up to 16 times; default 1 s.
 	Retry  time.Duration
@@ -499,6 +510,11 @@ func (p *Pool) restore(ctx context.Context, s Shape) (_ *entry, err error) {
 	e.vm = vm
 	if _, ok := vm.Machine.(handover); !ok {
 		return nil, fmt.Errorf("pool: the VMM's machines cannot be handed over: %w", errdefs.ErrNotImplemented)
+	}
+	if p.opts.Disks != nil {
+		if err := p.warm(ctx, e); err != nil {
+			return nil, err
+		}
 	}
 	if err := vm.Machine.Pause(ctx); err != nil {
 		return nil, fmt.Errorf("pause pooled VM: %w", err)

@@ -65,7 +65,15 @@ func (f *fakeTemplates) Start(ctx context.Context, cfg vmm.Config) (*templates.V
 	if _, err := os.Stat(cfg.Dir); err != nil {
 		f.t.Errorf("restore into %s: %v", cfg.Dir, err)
 	}
-	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(f.t.TempDir()), StateDir: f.t.TempDir(), Refresher: &f.refresh})
+	rootDir, err := f.agentDir()
+	if err != nil {
+		return nil, err
+	}
+	stateDir, err := f.agentDir()
+	if err != nil {
+		return nil, err
+	}
+	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(rootDir), StateDir: stateDir, Refresher: &f.refresh})
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +101,27 @@ func (f *fakeTemplates) Start(ctx context.Context, cfg vmm.Config) (*templates.V
 		Template: fmt.Sprintf("%s/%d/%d/%d", f.current, cfg.MemoryMiB, cfg.CPUs, len(cfg.Nets))}, nil
 }
 
+// agentDir is a directory for an in-process agent. Not t.TempDir: a warm-up
+// under way when the pool closes goes on writing in its agent's root (the
+// fake VM's kill does not stop the agent), so removal is retried until
+// that is over.
+func (f *fakeTemplates) agentDir() (string, error) {
+	dir, err := os.MkdirTemp("", "pool-agent-")
+	if err != nil {
+		return "", err
+	}
+	f.t.Cleanup(func() {
+		for range 100 {
+			if err := os.RemoveAll(dir); err == nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		f.t.Errorf("remove %s: still written to", dir)
+	})
+	return dir, nil
+}
+
 func (f *fakeTemplates) all() []*fakeMachine {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -105,6 +134,7 @@ type fakeMachine struct {
 	paused  bool
 	killed  bool
 	disks   []vmm.Disk
+	plugged []vmm.Disk // every disk ever attached
 	macs    []string
 	failMAC bool
 	once    sync.Once
@@ -166,6 +196,16 @@ func (m *fakeMachine) AttachDisks(_ context.Context, disks []vmm.Disk) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.disks = append(m.disks, disks...)
+	m.plugged = append(m.plugged, disks...)
+	return nil
+}
+func (m *fakeMachine) DetachDisks(_ context.Context, n int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n > len(m.disks) {
+		return errors.New("detach of disks not attached")
+	}
+	m.disks = m.disks[:len(m.disks)-n]
 	return nil
 }
 
@@ -271,6 +311,8 @@ func (d *fakeDriver) Reattach(_ context.Context, dir string) (vmm.Machine, error
 }
 
 type world struct {
+	// disks, when set, has the pool warm its VMs.
+	disks Disks
 	dir   string
 	tpl   *fakeTemplates
 	taps  *fakeTaps
@@ -293,6 +335,7 @@ func (w *world) open(t *testing.T, size int) *Pool {
 	p, err := New(context.Background(), Options{
 		Dir: w.dir, Size: size, Templates: w.tpl, Driver: w.drv, Kernel: "k", Initramfs: "i", Accel: "tcg",
 		Taps: w.taps, Network: w.net, Retry: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Disks: w.disks, WarmDiskSize: 64 << 20,
 	})
 	if err != nil {
 		t.Fatal(err)

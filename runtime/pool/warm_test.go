@@ -1,0 +1,123 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/husk-vm/husk/shim/agent"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+func TestMain(m *testing.M) {
+	// The in-process agents' warm-up re-executes this test binary as the
+	// throwaway container's init and program.
+	agent.Reexec()
+	os.Exit(m.Run())
+}
+
+// fakeDisks makes empty files for disks, or fails.
+type fakeDisks struct {
+	mu   sync.Mutex
+	made []string
+	fail bool
+}
+
+func (f *fakeDisks) NewUpper(_ context.Context, path string, _ int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		return errors.New("injected failure")
+	}
+	f.made = append(f.made, path)
+	return os.WriteFile(path, nil, 0o600)
+}
+
+// TestWarmBeforePause: with Disks set, each pooled VM had two blank disks
+// plugged (a read-only base and an upper, named by the VM), its agent
+// ran the throwaway container, and the disks were unplugged and their
+// files removed before it was paused; the take then plugs the container's
+// disks as the only ones.
+func TestWarmBeforePause(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the warm-up runs a process in new namespaces")
+	}
+	w := newWorld(t)
+	disks := &fakeDisks{}
+	w.disks = disks
+	p := w.open(t, 1)
+	p.Prepare(w.shape)
+	waitFor(t, "a VM ready", func() bool { return p.Ready(w.shape) == 1 })
+	ms := w.tpl.all()
+	if len(ms) != 1 {
+		t.Fatalf("%d restores, want 1", len(ms))
+	}
+	m := ms[0]
+	m.mu.Lock()
+	plugged, left := append(m.plugged[:0:0], m.plugged...), len(m.disks)
+	m.mu.Unlock()
+	if len(plugged) != 2 || !plugged[0].ReadOnly || plugged[1].ReadOnly ||
+		!strings.HasPrefix(plugged[0].Serial, "warmb") || !strings.HasPrefix(plugged[1].Serial, "warmu") {
+		t.Errorf("warm-up plugged %+v, want a read-only warmb… base and a warmu… upper", plugged)
+	}
+	if left != 0 {
+		t.Errorf("%d disks still plugged after the warm-up", left)
+	}
+	disks.mu.Lock()
+	made := append([]string(nil), disks.made...)
+	disks.mu.Unlock()
+	for _, f := range made {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("warm-up disk %s not removed: %v", f, err)
+		}
+	}
+	cfg := w.containerCfg(t, "c1")
+	vm, err := p.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Client.Close()
+	m.mu.Lock()
+	got := append(m.disks[:0:0], m.disks...)
+	m.mu.Unlock()
+	if len(got) != 2 || got[0].Serial != "husk-base" || got[1].Serial != "husk-upper" {
+		t.Errorf("taken VM has disks %+v, want only the container's", got)
+	}
+	// The agent was left unset: the container's setup goes through.
+	if err := vm.Client.Setup(context.Background(), proto.SetupSpec{BaseSerial: "husk-base", UpperSerial: "husk-upper"}); err != nil {
+		t.Errorf("setup after the warm-up: %v", err)
+	}
+	// The refill's warm-up writes into a temporary directory of this
+	// test: it must be over before those are removed.
+	p.Close()
+}
+
+// TestWarmFailureLeavesNothing: a warm-up that fails discards the VM
+// with its TAPs and directory; nothing is pooled.
+func TestWarmFailureLeavesNothing(t *testing.T) {
+	w := newWorld(t)
+	w.disks = &fakeDisks{fail: true}
+	p := w.open(t, 1)
+	p.Prepare(w.shape)
+	waitFor(t, "a restore failed", func() bool {
+		for _, m := range w.tpl.all() {
+			if _, _, killed := m.state(); killed {
+				return true
+			}
+		}
+		return false
+	})
+	p.Close()
+	if n := p.Ready(w.shape); n != 0 {
+		t.Errorf("%d VMs pooled though every warm-up failed", n)
+	}
+	if names := w.taps.names(); len(names) != 0 {
+		t.Errorf("TAPs left: %v", names)
+	}
+	if es := dirEntries(t, w.dir); len(es) != 0 {
+		t.Errorf("pool directory holds %v", es)
+	}
+}
