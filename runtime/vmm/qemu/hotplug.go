@@ -17,10 +17,11 @@ import (
 // the other, because QEMU names each device's migration state by its PCI
 // address (and a SCSI disk's by its controller's address and its target).
 const (
-	// pciSlotPlan versions the plan below; snapshots record it. Plan 1
-	// had virtio-blk disks in slots 0x10-0x1f; plan 2 has them on the
-	// virtio-scsi controller.
-	pciSlotPlan  = 2
+	// pciSlotPlan versions the plan below; snapshots record it, and the
+	// driver's Version names it. Plan 1 had virtio-blk disks in slots
+	// 0x10-0x1f; plan 2 has them on the virtio-scsi controller; plan 3
+	// has NICs without an option ROM (the ROM is migrated state).
+	pciSlotPlan  = 3
 	serialSlot   = 0x03
 	firstNetSlot = 0x04
 	maxNets      = 12 // slots 0x04-0x0f

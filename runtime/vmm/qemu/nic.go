@@ -90,7 +90,7 @@ func (m *Machine) AddNIC(ctx context.Context, n vmm.Net) (err error) {
 	}
 	err = q.Execute(ctx, "device_add", map[string]any{
 		"driver": "virtio-net-pci", "id": nicID(slot), "netdev": netdevID(slot),
-		"mac": mac.String(), "addr": fmt.Sprintf("0x%x", firstNetSlot+slot),
+		"mac": mac.String(), "addr": fmt.Sprintf("0x%x", firstNetSlot+slot), "romfile": "",
 	}, nil)
 	if err != nil {
 		_ = q.Execute(undo, "netdev_del", map[string]string{"id": netdevID(slot)}, nil)

@@ -24,14 +24,14 @@ func TestQEMUArgsNICSlots(t *testing.T) {
 		want  []string
 	}{
 		{"boot", nil, []string{
-			"virtio-net-pci,id=vnet0,netdev=net0,mac=02:42:0a:00:00:02,addr=0x4",
-			"virtio-net-pci,id=vnet1,netdev=net1,mac=02:42:0a:00:00:03,addr=0x5",
+			"virtio-net-pci,romfile=,id=vnet0,netdev=net0,mac=02:42:0a:00:00:02,addr=0x4",
+			"virtio-net-pci,romfile=,id=vnet1,netdev=net1,mac=02:42:0a:00:00:03,addr=0x5",
 		}},
 		// A restore of a VM that lost its first NIC and gained one in
 		// slot 0x6 by hot-plug.
 		{"restore", []int{1, 2}, []string{
-			"virtio-net-pci,id=vnet1,netdev=net1,mac=02:42:0a:00:00:02,addr=0x5",
-			"virtio-net-pci,id=vnet2,netdev=net2,mac=02:42:0a:00:00:03,addr=0x6",
+			"virtio-net-pci,romfile=,id=vnet1,netdev=net1,mac=02:42:0a:00:00:02,addr=0x5",
+			"virtio-net-pci,romfile=,id=vnet2,netdev=net2,mac=02:42:0a:00:00:03,addr=0x6",
 		}},
 	}
 	for _, tt := range tests {
@@ -100,7 +100,7 @@ func TestNICHotplugQMP(t *testing.T) {
 		"qmp_capabilities",
 		`getfd{"fdname":"husk-nic1"}`,
 		`netdev_add{"fd":"husk-nic1","id":"net1","type":"tap"}`,
-		`device_add{"addr":"0x5","driver":"virtio-net-pci","id":"vnet1","mac":"02:42:0a:7c:00:03","netdev":"net1"}`,
+		`device_add{"addr":"0x5","driver":"virtio-net-pci","id":"vnet1","mac":"02:42:0a:7c:00:03","netdev":"net1","romfile":""}`,
 	}
 	if got := <-seen; !slices.Equal(got, want) {
 		t.Errorf("AddNIC sent %q, want %q", got, want)
