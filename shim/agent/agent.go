@@ -428,6 +428,7 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 func (a *Agent) answerExit(sess *yamux.Session, s *stream, p *process) error {
 	select {
 	case <-p.exited:
+		a.log.Debug("process exited", "id", p.id, "code", p.status.Code)
 		_ = s.respond(proto.Response{Pid: p.pid, Exit: &proto.ExitStatus{Code: p.status.Code, Signal: p.status.Signal}})
 	case <-sess.CloseChan():
 	}
@@ -466,24 +467,39 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 	if a.warming {
 		return &agentError{proto.KindInvalid, "setup: the guest is warming up"}
 	}
+	// The network and the root are set up side by side: the mounts wait
+	// on disk reads, which the VMM serves on another host thread, while
+	// the network setup keeps the guest's CPU busy.
 	t0 := time.Now()
-	if a.opts.Network != nil && spec.Network != nil {
-		if err := a.opts.Network(ctx, spec.Network); err != nil {
-			return fmt.Errorf("setup: network: %w", err)
+	var netTook time.Duration
+	netDone := make(chan error, 1)
+	go func() {
+		var err error
+		if a.opts.Network != nil && spec.Network != nil {
+			err = a.opts.Network(ctx, spec.Network)
 		}
+		netTook = time.Since(t0)
+		netDone <- err
+	}()
+	root, err := a.opts.Rootfs.Mount(ctx, spec)
+	if netErr := <-netDone; netErr != nil {
+		if err == nil {
+			_ = a.opts.Rootfs.Unmount(ctx)
+		}
+		return fmt.Errorf("setup: network: %w", netErr)
+	}
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
 	}
 	if s := spec.Settings; s != nil && len(s.Sysctls) > 0 {
 		if err := applySysctls(a.opts.ProcSys, s.Sysctls); err != nil {
+			_ = a.opts.Rootfs.Unmount(ctx)
 			return err
 		}
 	}
 	etcDir := filepath.Join(a.opts.StateDir, "etc")
 	if err := writeEtcFiles(etcDir, spec); err != nil {
-		return fmt.Errorf("setup: %w", err)
-	}
-	networked := time.Now()
-	root, err := a.opts.Rootfs.Mount(ctx, spec)
-	if err != nil {
+		_ = a.opts.Rootfs.Unmount(ctx)
 		return fmt.Errorf("setup: %w", err)
 	}
 	mounts := &mounter{sharesDir: filepath.Join(a.opts.StateDir, "shares"), mountShare: a.opts.MountShare}
@@ -494,7 +510,7 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 	}
 	a.root, a.hostname, a.etcDir, a.mounts, a.settings = root, spec.Hostname, etcDir, mounts, spec.Settings
 	a.log.Info("container root ready", "root", root, "hostname", spec.Hostname,
-		"network", networked.Sub(t0), "took", time.Since(t0))
+		"network", netTook, "took", time.Since(t0))
 	return nil
 }
 
