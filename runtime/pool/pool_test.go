@@ -334,7 +334,7 @@ func (w *world) open(t *testing.T, size int) *Pool {
 	t.Helper()
 	p, err := New(context.Background(), Options{
 		Dir: w.dir, Size: size, Templates: w.tpl, Driver: w.drv, Kernel: "k", Initramfs: "i", Accel: "tcg",
-		Taps: w.taps, Network: w.net, Retry: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Taps: w.taps, Network: w.net, Retry: time.Millisecond, RefillDelay: time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 		Disks: w.disks, WarmDiskSize: 64 << 20,
 	})
 	if err != nil {

@@ -63,42 +63,69 @@ func (p *Pool) Start(ctx context.Context, cfg vmm.Config) (_ *templates.VM, err 
 		return nil, fmt.Errorf("pool: %w", err)
 	}
 	moved := time.Now()
-	if len(cfg.Nets) > 0 {
-		taps := make([]string, len(cfg.Nets))
-		macs := make([]string, len(cfg.Nets))
-		for i, n := range cfg.Nets {
-			taps[i], macs[i] = n.Tap, n.MAC
+	// The TAPs are adopted on the host while the guest resumes, takes its
+	// disks and is refreshed: neither waits for the other (the guest sends
+	// nothing before its setup). The NICs' MACs are recorded after both,
+	// since the disks' hot-plug also rewrites the VM's layout.
+	var taps, macs []string
+	for _, n := range cfg.Nets {
+		taps, macs = append(taps, n.Tap), append(macs, n.MAC)
+	}
+	adopted := make(chan error, 1)
+	var adoptTook time.Duration
+	go func() {
+		var err error
+		if len(taps) > 0 {
+			err = p.opts.Network.AdoptTaps(ctx, taps, e.spares)
 		}
-		if err := p.opts.Network.AdoptTaps(ctx, taps, e.spares); err != nil {
-			return nil, fmt.Errorf("pool: %w", err)
-		}
+		adoptTook = time.Since(moved)
+		adopted <- err
+	}()
+	resumed, attached, refreshed, err := p.wakeUp(ctx, e, cfg.Disks)
+	if aerr := <-adopted; aerr != nil {
+		return nil, fmt.Errorf("pool: %w", aerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(macs) > 0 {
 		// From here the spares are the container's TAPs, under its names.
 		if err := h.RecordNICMACs(macs); err != nil {
 			return nil, fmt.Errorf("pool: %w", err)
 		}
 	}
-	adopted := time.Now()
-	if err := e.vm.Machine.Resume(ctx); err != nil {
-		return nil, fmt.Errorf("pool: resume: %w", err)
-	}
-	resumed := time.Now()
-	if len(cfg.Disks) > 0 {
-		if err := h.AttachDisks(ctx, cfg.Disks); err != nil {
-			return nil, fmt.Errorf("pool: %w", err)
-		}
-	}
-	attached := time.Now()
-	if err := templates.Refresh(ctx, e.vm.Client); err != nil {
-		return nil, fmt.Errorf("pool: %w", err)
-	}
 	if err := os.Remove(p.recordPath(e)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		// A record left behind only names TAPs that are gone by those names.
 		p.log.Warn("pool: remove tap record", "err", err)
 	}
-	p.log.Debug("taken from the pool", "vm", cfg.ID, "shape", s.String(), "move", moved.Sub(t0), "adopt", adopted.Sub(moved),
-		"resume", resumed.Sub(adopted), "hotplug", attached.Sub(resumed), "refresh", time.Since(attached), "took", time.Since(t0))
+	p.log.Debug("taken from the pool", "vm", cfg.ID, "shape", s.String(), "move", moved.Sub(t0), "adopt", adoptTook,
+		"resume", resumed.Sub(moved), "hotplug", attached.Sub(resumed), "refresh", refreshed.Sub(resumed), "took", time.Since(t0))
 	vm := *e.vm
 	return &vm, nil
+}
+
+// wakeUp resumes a taken VM, then plugs its container's disks (QMP) while
+// the guest is refreshed (agent), saying when each step ended.
+func (p *Pool) wakeUp(ctx context.Context, e *entry, disks []vmm.Disk) (resumed, attached, refreshed time.Time, err error) {
+	if err = e.vm.Machine.Resume(ctx); err != nil {
+		return resumed, attached, refreshed, fmt.Errorf("pool: resume: %w", err)
+	}
+	resumed = time.Now()
+	refreshErr := make(chan error, 1)
+	go func() {
+		err := templates.Refresh(ctx, e.vm.Client)
+		refreshed = time.Now()
+		refreshErr <- err
+	}()
+	if len(disks) > 0 {
+		err = e.vm.Machine.(handover).AttachDisks(ctx, disks)
+	}
+	attached = time.Now()
+	err = errors.Join(err, <-refreshErr)
+	if err != nil {
+		return resumed, attached, refreshed, fmt.Errorf("pool: %w", err)
+	}
+	return resumed, attached, refreshed, nil
 }
 
 // take removes a VM of shape s and template current from the pool,
@@ -123,5 +150,8 @@ func (p *Pool) take(s Shape, current string) (*entry, []*entry, error) {
 	e := st.ready[0]
 	st.ready[0] = nil
 	st.ready = st.ready[1:]
+	if later := time.Now().Add(p.opts.RefillDelay); later.After(st.notBefore) {
+		st.notBefore = later
+	}
 	return e, stale, nil
 }

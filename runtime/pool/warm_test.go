@@ -3,10 +3,12 @@ package pool
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/proto"
@@ -120,4 +122,31 @@ func TestWarmFailureLeavesNothing(t *testing.T) {
 	if es := dirEntries(t, w.dir); len(es) != 0 {
 		t.Errorf("pool directory holds %v", es)
 	}
+}
+
+// TestRefillHeldOffAfterTake: a take holds off its shape's refill for
+// RefillDelay (here longer than the test), so the taken VM's container
+// starts without a restore competing for the host.
+func TestRefillHeldOffAfterTake(t *testing.T) {
+	w := newWorld(t)
+	p, err := New(context.Background(), Options{
+		Dir: w.dir, Size: 1, Templates: w.tpl, Driver: w.drv, Kernel: "k", Initramfs: "i", Accel: "tcg",
+		Taps: w.taps, Network: w.net, Retry: time.Millisecond, RefillDelay: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Prepare(w.shape)
+	waitFor(t, "a VM ready", func() bool { return p.Ready(w.shape) == 1 })
+	vm, err := p.Start(context.Background(), w.containerCfg(t, "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Client.Close()
+	// Without the hold-off a restore starts at once; give it ample time.
+	time.Sleep(200 * time.Millisecond)
+	if n := len(w.tpl.all()); n != 1 {
+		t.Errorf("%d restores right after the take, want the refill held off", n)
+	}
+	p.Close()
 }
