@@ -431,7 +431,7 @@ func (s *Service) loadEntry(ctx context.Context, e archiveEntry, lookup func(str
 			id := shortID(l.DiffID.String())
 			n, err := s.checkDiffID(ctx, l, func(cur int64) {
 				out.progress(id, "Loading layer", cur, size)
-			})
+			}, true)
 			if err != nil {
 				return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid diffID for layer %d: %v", i, err))
 			}
@@ -498,6 +498,7 @@ func (s *Service) collect(candidates []v1.Hash) {
 		if err := s.blobs.Delete(h); err != nil {
 			s.log.Warn("could not delete unused blob", "digest", h, "err", err)
 		}
+		s.removeUnpacked(h)
 	}
 }
 

@@ -114,6 +114,9 @@ func New(opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := resetUnpacked(opts.Root); err != nil {
+		return nil, err
+	}
 	s := &Service{
 		opts:   opts,
 		log:    log,
@@ -354,7 +357,12 @@ func (s *Service) Layers(ctx context.Context, imageID string) ([]func() (io.Read
 	}
 	out := make([]func() (io.ReadCloser, error), 0, len(layers))
 	for _, l := range layers {
-		out = append(out, func() (io.ReadCloser, error) { return s.openLayer(l.Digest) })
+		out = append(out, func() (io.ReadCloser, error) {
+			if rc, ok := s.openUnpacked(l.Digest, l.UncompressedSize); ok {
+				return rc, nil
+			}
+			return s.openLayer(l.Digest)
+		})
 	}
 	return out, nil
 }

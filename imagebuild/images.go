@@ -456,6 +456,7 @@ func (s *Service) releaseLayersLocked(r *record) []string {
 		if err := s.blobs.Delete(h); err != nil {
 			s.log.Warn("could not delete unused blob", "digest", h, "err", err)
 		}
+		s.removeUnpacked(h)
 	}
 	var deleted []string
 	ids := chainIDs(r.config.RootFS.DiffIDs)

@@ -292,7 +292,7 @@ func (s *Service) fetchLayers(ctx context.Context, img v1.Image, m *v1.Manifest,
 			size, ok := s.knownDiff(recs[i].Digest, recs[i].DiffID)
 			if !ok {
 				var err error
-				if size, err = s.checkDiffID(ctx, recs[i], nil); err != nil {
+				if size, err = s.checkDiffID(ctx, recs[i], nil, false); err != nil {
 					return nil, err
 				}
 			}
@@ -309,7 +309,7 @@ func (s *Service) fetchLayers(ctx context.Context, img v1.Image, m *v1.Manifest,
 		}
 		size, err := s.checkDiffID(ctx, recs[i], func(cur int64) {
 			out.progress(id, "Extracting", cur, recs[i].Size)
-		})
+		}, true)
 		if err != nil {
 			return nil, err
 		}
@@ -368,8 +368,10 @@ func (s *Service) knownDiff(blob, diffID v1.Hash) (int64, bool) {
 
 // checkDiffID decompresses a stored layer, checks the digest of the tar
 // against l.DiffID and returns the tar's size. report, if set, sees the
-// compressed bytes consumed.
-func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cur int64)) (int64, error) {
+// compressed bytes consumed. With cache, the tar is also kept in the
+// unpacked cache (unpacked.go) once its digest checked out; a failure to
+// cache it costs only speed.
+func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cur int64), cache bool) (int64, error) {
 	f, err := s.blobs.Open(l.Digest)
 	if err != nil {
 		return 0, err
@@ -387,7 +389,17 @@ func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cu
 	}
 	defer rc.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, ctxReader{ctx: ctx, r: rc})
+	var sink io.Writer = h
+	var unpacked *unpackedWriter
+	if cache {
+		if unpacked, err = s.newUnpacked(l.Digest); err != nil {
+			s.log.Warn("layer not cached unpacked", "digest", l.Digest, "err", err)
+		} else {
+			defer unpacked.discard() // a no-op after keep
+			sink = io.MultiWriter(h, unpacked)
+		}
+	}
+	n, err := io.Copy(sink, ctxReader{ctx: ctx, r: rc})
 	if err != nil {
 		return 0, fmt.Errorf("read layer %s: %w", l.Digest, err)
 	}
@@ -397,6 +409,11 @@ func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cu
 	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
 	if got != l.DiffID {
 		return 0, fmt.Errorf("invalid diffID for layer %s: expected %q, got %q", l.Digest, l.DiffID, got)
+	}
+	if unpacked != nil {
+		if err := unpacked.keep(); err != nil {
+			s.log.Warn("layer not cached unpacked", "digest", l.Digest, "err", err)
+		}
 	}
 	return n, nil
 }
