@@ -231,6 +231,7 @@ func (w *world) setUp(ctx context.Context) error {
 			}
 		}
 		cfg.CHBinary = os.Getenv(chEnv)
+		cfg.Quiet = os.Getenv(benchEnv) == "1"
 	}
 	daemonCtx, cancel := context.WithTimeout(ctx, daemonTimeout)
 	defer cancel()

@@ -36,6 +36,11 @@ type DaemonConfig struct {
 	// cloud-hypervisor (--vmm cloud-hypervisor, on KVM) instead of QEMU
 	// under TCG (Huskd only).
 	CHBinary string
+	// Quiet starts huskd without --debug, as users run it: its guests'
+	// agents then log at info level, and a debug line on the serial
+	// console costs the guest several milliseconds under TCG. The
+	// benchmark sets it; tests want the debug log to diagnose from.
+	Quiet bool
 	// ExtraArgs are appended to the daemon's command line (e.g.
 	// "--pool-size", "1"); SetExtraArgs changes them for the next start.
 	ExtraArgs []string
@@ -85,13 +90,13 @@ func (d *Daemon) command() (*exec.Cmd, error) {
 		if d.cfg.CHBinary != "" {
 			vmm = []string{"--vmm", "cloud-hypervisor", "--accel", "kvm"}
 		}
-		args := append([]string{
-			"--root", filepath.Join(d.cfg.Dir, "root"),
-			"--host", d.Host(),
+		args := []string{"--root", filepath.Join(d.cfg.Dir, "root"), "--host", d.Host()}
+		if !d.cfg.Quiet {
 			// Debug logs (the daemon's and each guest agent's console) are
 			// what a failing run is diagnosed from.
-			"--debug",
-		}, vmm...)
+			args = append(args, "--debug")
+		}
+		args = append(args, vmm...)
 		args = append(append(args, insecure...), d.cfg.ExtraArgs...)
 		cmd := d.ns.Command(filepath.Join(d.cfg.BinDir, "huskd"), args...)
 		if d.cfg.CHBinary != "" {

@@ -72,7 +72,7 @@ func (c *ctr) startContainerVM(ctx context.Context, spec vmSpec, setup *proto.Se
 				}
 			}
 			if vm.Source == "pool" {
-				m.log.Debug("container VM taken from the pool", "id", spec.id, "took", time.Since(start))
+				m.log.Info("container VM taken from the pool", "id", spec.id, "took", time.Since(start))
 			} else {
 				m.log.Debug("container VM restored from a template", "id", spec.id, "took", time.Since(start))
 			}

@@ -432,7 +432,7 @@ func (p *Pool) fillOne(s Shape) {
 	st.failures, st.notBefore = 0, time.Time{}
 	n := len(st.ready)
 	p.mu.Unlock()
-	p.log.Debug("pool VM ready", "shape", s.String(), "ready", n, "took", time.Since(start).Round(time.Millisecond))
+	p.log.Info("pool VM ready", "shape", s.String(), "ready", n, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // purgeLocked removes and returns the VMs not of template current.
