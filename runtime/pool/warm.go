@@ -12,6 +12,11 @@ import (
 	"github.com/husk-vm/husk/shim/proto"
 )
 
+// warmTimeout bounds a warm-up (about a second on the 2-core development
+// host), so that a guest that hangs in it costs the filler one VM, not
+// the pool.
+const warmTimeout = time.Minute
+
 // warm runs a throwaway container in a freshly restored pooled VM before
 // it is paused (proto.OpWarm): two blank disks are hot-plugged, the agent
 // mounts them as a container root, runs a program in new namespaces under
@@ -27,6 +32,8 @@ import (
 // afterwards are the template's again (same SCSI targets, same layout),
 // so the container's disks land where a template restore puts them.
 func (p *Pool) warm(ctx context.Context, e *entry) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	defer cancel()
 	t0 := time.Now()
 	h := e.vm.Machine.(handover) // restore checked it
 	disks := []vmm.Disk{
