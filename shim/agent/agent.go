@@ -509,7 +509,7 @@ func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 		return fmt.Errorf("setup: %w", err)
 	}
 	a.root, a.hostname, a.etcDir, a.mounts, a.settings = root, spec.Hostname, etcDir, mounts, spec.Settings
-	a.log.Info("container root ready", "root", root, "hostname", spec.Hostname,
+	a.log.Debug("container root ready", "root", root, "hostname", spec.Hostname,
 		"network", netTook, "took", time.Since(t0))
 	return nil
 }

@@ -251,7 +251,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
 	}
 	a.procs[id] = p
-	a.log.Info("process started", "id", id, "pid", p.pid, "args", spec.Args)
+	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args)
 	return p, nil
 }
 
