@@ -40,6 +40,11 @@ const (
 // scsiBus is the bus of the virtio-scsi controller's disks.
 const scsiBus = "scsi0.0"
 
+// The i-th disk's block node, device and fd set, at boot and on hot-plug.
+func diskNode(i int) string   { return fmt.Sprintf("disk%d", i) }
+func diskDevice(i int) string { return "v" + diskNode(i) }
+func diskFdSet(i int) int     { return i + 1 }
+
 // slotOpt is the ",addr=" option that pins a device to slot, on machines
 // with PCI.
 func slotOpt(machine string, slot int) string {
@@ -64,14 +69,9 @@ func slotOpt(machine string, slot int) string {
 // filled over QMP (add-fd with SCM_RIGHTS) and the block node opens
 // /dev/fdset/N.
 func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
-	m.mu.Lock()
-	l := m.layout
-	m.mu.Unlock()
-	if l == nil {
-		return fmt.Errorf("hot-plug into qemu %d: its layout is unknown: %w", m.pid, errdefs.ErrNotImplemented)
-	}
-	if l.Machine != MachinePC {
-		return fmt.Errorf("hot-plug into qemu %d: machine %s has no PCI hot-plug: %w", m.pid, l.Machine, errdefs.ErrNotImplemented)
+	l, err := m.pciLayout("hot-plug into")
+	if err != nil {
+		return err
 	}
 	if len(l.Disks)+len(disks) > maxDisks {
 		return fmt.Errorf("hot-plug into qemu %d: more than %d disks: %w", m.pid, maxDisks, errdefs.ErrInvalidArgument)
@@ -100,11 +100,9 @@ func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
 // unplug is a surprise removal). On error the VM may hold some of the
 // disks; callers discard it.
 func (m *Machine) DetachDisks(ctx context.Context, n int) error {
-	m.mu.Lock()
-	l := m.layout
-	m.mu.Unlock()
-	if l == nil || l.Machine != MachinePC {
-		return fmt.Errorf("unplug disks from qemu %d: no hot-plug: %w", m.pid, errdefs.ErrNotImplemented)
+	l, err := m.pciLayout("unplug disks from")
+	if err != nil {
+		return err
 	}
 	if n < 0 || n > len(l.Disks) {
 		return fmt.Errorf("unplug %d disks from qemu %d: it has %d: %w", n, m.pid, len(l.Disks), errdefs.ErrInvalidArgument)
@@ -128,13 +126,13 @@ func (m *Machine) DetachDisks(ctx context.Context, n int) error {
 
 // detachDisk undoes attachDisk(i).
 func detachDisk(ctx context.Context, q *QMP, i int) error {
-	if err := deleteDevice(ctx, q, fmt.Sprintf("vdisk%d", i)); err != nil {
+	if err := deleteDevice(ctx, q, diskDevice(i)); err != nil {
 		return err
 	}
-	if err := q.Execute(ctx, "blockdev-del", map[string]any{"node-name": fmt.Sprintf("disk%d", i)}, nil); err != nil {
+	if err := q.Execute(ctx, "blockdev-del", map[string]any{"node-name": diskNode(i)}, nil); err != nil {
 		return err
 	}
-	return q.Execute(ctx, "remove-fd", map[string]any{"fdset-id": i + 1}, nil)
+	return q.Execute(ctx, "remove-fd", map[string]any{"fdset-id": diskFdSet(i)}, nil)
 }
 
 // attachDisk plugs disk d as the VM's i-th disk, named as qemuArgs names
@@ -143,7 +141,7 @@ func attachDisk(ctx context.Context, q *QMP, i int, d vmm.Disk) error {
 	if d.Path == "" || len(d.Serial) > maxSerial {
 		return fmt.Errorf("bad disk %+v: %w", d, errdefs.ErrInvalidArgument)
 	}
-	set := i + 1
+	set := diskFdSet(i)
 	for _, mode := range diskModes(d) {
 		f, err := os.OpenFile(d.Path, mode, 0)
 		if err != nil {
@@ -155,7 +153,7 @@ func attachDisk(ctx context.Context, q *QMP, i int, d vmm.Disk) error {
 			return err
 		}
 	}
-	node := fmt.Sprintf("disk%d", i)
+	node := diskNode(i)
 	err := q.Execute(ctx, "blockdev-add", map[string]any{
 		"driver": "raw", "node-name": node, "read-only": d.ReadOnly,
 		"file": map[string]any{"driver": "file", "filename": fmt.Sprintf("/dev/fdset/%d", set), "locking": "off"},
@@ -166,7 +164,7 @@ func attachDisk(ctx context.Context, q *QMP, i int, d vmm.Disk) error {
 	// write-cache on is what -drive's default cache=writeback gives a
 	// device started with the disk.
 	return q.Execute(ctx, "device_add", map[string]any{
-		"driver": "scsi-hd", "id": "vdisk" + fmt.Sprint(i), "drive": node, "serial": d.Serial,
+		"driver": "scsi-hd", "id": diskDevice(i), "drive": node, "serial": d.Serial,
 		"bus": scsiBus, "channel": 0, "scsi-id": i, "lun": 0, "write-cache": "on",
 	}, nil)
 }

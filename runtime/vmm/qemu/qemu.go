@@ -443,15 +443,15 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 		if d.ReadOnly {
 			ro = "on"
 		}
-		set := i + 1
+		set := diskFdSet(i)
 		for range diskModes(d) {
 			args = append(args, "-add-fd", fmt.Sprintf("fd=%d,set=%d", fd, set))
 			fd++
 		}
-		id := fmt.Sprintf("disk%d", i)
-		dev := blk + ",id=v" + id + ",drive=" + id + ",serial=" + optEscape(d.Serial)
+		id := diskNode(i)
+		dev := blk + ",id=" + diskDevice(i) + ",drive=" + id + ",serial=" + optEscape(d.Serial)
 		if machine == MachinePC {
-			dev = fmt.Sprintf("scsi-hd,bus=%s,channel=0,scsi-id=%d,lun=0,id=v%s,drive=%s,serial=%s", scsiBus, i, id, id, optEscape(d.Serial))
+			dev = fmt.Sprintf("scsi-hd,bus=%s,channel=0,scsi-id=%d,lun=0,id=%s,drive=%s,serial=%s", scsiBus, i, diskDevice(i), id, optEscape(d.Serial))
 		}
 		args = append(args,
 			"-drive", fmt.Sprintf("file=/dev/fdset/%d,file.locking=off,if=none,format=raw,id=%s,readonly=%s", set, id, ro),
