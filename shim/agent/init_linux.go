@@ -181,16 +181,15 @@ func containerInit() error {
 	if cfg.NoExec {
 		os.Exit(0)
 	}
-	path, err := exec.LookPath(spec.Args[0])
-	if cfg.Exe != "" {
-		path, err = cfg.Exe, nil
-	}
-	if err != nil {
-		kind := proto.KindNotFound
-		if errors.Is(err, fs.ErrPermission) {
-			kind = proto.KindPermission
+	path := cfg.Exe
+	if path == "" {
+		if path, err = exec.LookPath(spec.Args[0]); err != nil {
+			kind := proto.KindNotFound
+			if errors.Is(err, fs.ErrPermission) {
+				kind = proto.KindPermission
+			}
+			return &agentError{kind, err.Error()}
 		}
-		return &agentError{kind, err.Error()}
 	}
 	if cfg.InitBinary != "" {
 		// The init finds the program again through PATH, as tini does.
