@@ -106,38 +106,9 @@ func TestPool(t *testing.T) {
 		name := containerName(t, fmt.Sprintf("-%d", i))
 		names = append(names, name)
 		mustDocker(t, "run", "-d", "--name", name, "-e", "X="+name, img, "sh", "-c", templateRunScript)
-		var logs string
-		eventually(t, name+" has printed who it is", func() string {
-			logs = docker(t, "logs", name).Stdout
-			if !strings.Contains(logs, "done") {
-				return "logs so far: " + logs
-			}
-			return ""
-		})
-		kv := parseKV(logs)
-		ep := inspectNet(t, name).NetworkSettings
-		id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
-		hostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", name))
-		switch {
-		case kv["env"] != name:
-			t.Errorf("%s: env X=%q, want %q", name, kv["env"], name)
-		case !strings.Contains(logs, "files-ok"):
-			t.Errorf("%s: the image's files are not visible: %q", name, logs)
-		case kv["host"] != hostname || kv["etc"] != hostname:
-			t.Errorf("%s: hostname %q, /etc/hostname %q, want %q", name, kv["host"], kv["etc"], hostname)
-		case kv["addr"] != ep.IPAddress+"/16":
-			t.Errorf("%s: guest address %q, inspect says %s/16", name, kv["addr"], ep.IPAddress)
-		case !strings.EqualFold(kv["mac"], ep.MacAddress):
-			t.Errorf("%s: guest MAC %q, inspect says %s", name, kv["mac"], ep.MacAddress)
-		}
+		id := checkRunIdentity(t, name, seen)
 		if !daemonLogHas(t, "container VM taken from the pool", "id="+id[:12]) {
 			t.Errorf("%s (%s) was not taken from the pool", name, id[:12])
-		}
-		for _, k := range []string{"host", "addr", "mac"} {
-			if other, dup := seen[k+"="+kv[k]]; dup {
-				t.Errorf("%s and %s share %s %s", other, name, k, kv[k])
-			}
-			seen[k+"="+kv[k]] = name
 		}
 		// The spare TAP became the container's: on the bridge, under the
 		// container's TAP name.

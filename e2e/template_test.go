@@ -52,6 +52,46 @@ const templateRunScript = `echo "env=$X"; test -x /bin/busybox && grep -q '^app:
 	`echo "host=$(hostname) etc=$(cat /etc/hostname)"; ip -4 -o addr show eth0 | awk '{print "addr=" $4}'; ` +
 	`ip link show eth0 | awk '/ether/ {print "mac=" $2}'; echo done; exec sleep 600`
 
+// checkRunIdentity waits until a container running templateRunScript has
+// said who it is, checks that it saw its own environment, the image's files, its
+// hostname, and the address and MAC inspect reports, and that no earlier
+// container (recorded in seen) had the same hostname, address or MAC. It
+// returns the container's ID.
+func checkRunIdentity(t *testing.T, name string, seen map[string]string) string {
+	t.Helper()
+	var logs string
+	eventually(t, name+" has printed who it is", func() string {
+		logs = docker(t, "logs", name).Stdout
+		if !strings.Contains(logs, "done") {
+			return "logs so far: " + logs
+		}
+		return ""
+	})
+	kv := parseKV(logs)
+	ep := inspectNet(t, name).NetworkSettings
+	id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
+	hostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", name))
+	switch {
+	case kv["env"] != name:
+		t.Errorf("%s: env X=%q, want %q", name, kv["env"], name)
+	case !strings.Contains(logs, "files-ok"):
+		t.Errorf("%s: the image's files are not visible: %q", name, logs)
+	case kv["host"] != hostname || kv["etc"] != hostname:
+		t.Errorf("%s: hostname %q, /etc/hostname %q, want %q", name, kv["host"], kv["etc"], hostname)
+	case kv["addr"] != ep.IPAddress+"/16":
+		t.Errorf("%s: guest address %q, inspect says %s/16", name, kv["addr"], ep.IPAddress)
+	case !strings.EqualFold(kv["mac"], ep.MacAddress):
+		t.Errorf("%s: guest MAC %q, inspect says %s", name, kv["mac"], ep.MacAddress)
+	}
+	for _, k := range []string{"host", "addr", "mac"} {
+		if other, dup := seen[k+"="+kv[k]]; dup {
+			t.Errorf("%s and %s share %s %s", other, name, k, kv[k])
+		}
+		seen[k+"="+kv[k]] = name
+	}
+	return id
+}
+
 func parseKV(out string) map[string]string {
 	kv := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
@@ -87,38 +127,9 @@ func TestTemplateRun(t *testing.T) {
 	wg.Wait()
 	seen := map[string]string{}
 	for _, name := range names {
-		var logs string
-		eventually(t, name+" has printed who it is", func() string {
-			logs = docker(t, "logs", name).Stdout
-			if !strings.Contains(logs, "done") {
-				return "logs so far: " + logs
-			}
-			return ""
-		})
-		kv := parseKV(logs)
-		ep := inspectNet(t, name).NetworkSettings
-		id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
-		hostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", name))
-		switch {
-		case kv["env"] != name:
-			t.Errorf("%s: env X=%q, want %q", name, kv["env"], name)
-		case !strings.Contains(logs, "files-ok"):
-			t.Errorf("%s: the image's files are not visible: %q", name, logs)
-		case kv["host"] != hostname || kv["etc"] != hostname:
-			t.Errorf("%s: hostname %q, /etc/hostname %q, want %q", name, kv["host"], kv["etc"], hostname)
-		case kv["addr"] != ep.IPAddress+"/16":
-			t.Errorf("%s: guest address %q, inspect says %s/16", name, kv["addr"], ep.IPAddress)
-		case !strings.EqualFold(kv["mac"], ep.MacAddress):
-			t.Errorf("%s: guest MAC %q, inspect says %s", name, kv["mac"], ep.MacAddress)
-		}
+		id := checkRunIdentity(t, name, seen)
 		if !daemonLogHas(t, "container VM restored from a template", "id="+id[:12]) {
 			t.Errorf("%s (%s) was not started from a template", name, id[:12])
-		}
-		for _, k := range []string{"host", "addr", "mac"} {
-			if other, dup := seen[k+"="+kv[k]]; dup {
-				t.Errorf("%s and %s share %s %s", other, name, k, kv[k])
-			}
-			seen[k+"="+kv[k]] = name
 		}
 		mustDocker(t, "rm", "-f", name)
 	}
