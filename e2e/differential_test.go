@@ -3,11 +3,9 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -207,33 +205,17 @@ func tarListing(s string) string {
 // cliAt runs the docker CLI against host.
 func cliAt(t *testing.T, host string, stdin []byte, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, suite.DockerCLI, args...)
 	var env []string
 	for _, kv := range dockerEnv() {
 		if !strings.HasPrefix(kv, "DOCKER_HOST=") {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(env, "DOCKER_HOST="+host)
+	var in io.Reader
 	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+		in = bytes.NewReader(stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		t.Fatalf("docker %s against %s did not finish within %v", strings.Join(args, " "), host, commandTimeout)
-	case errors.As(err, &exit):
-		res.Code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
-	}
-	return res
+	return runCLI(t, append(env, "DOCKER_HOST="+host), in, args...)
 }
 
 // TestDifferential runs every scenario against Debian's dockerd (started by

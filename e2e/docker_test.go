@@ -52,11 +52,23 @@ func docker(t *testing.T, args ...string) result {
 // dockerStdin runs the docker CLI with stdin connected to in.
 func dockerStdin(t *testing.T, in io.Reader, args ...string) result {
 	t.Helper()
+	res := runCLI(t, dockerEnv(), in, args...)
+	t.Logf("$ docker %s\n  exit %d, stdout %q, stderr %q", strings.Join(args, " "), res.Code, clip(res.Stdout), clip(res.Stderr))
+	return res
+}
+
+// runCLI runs the docker CLI with env and stdin in (nil: none) and
+// returns what it printed and its exit code; it fails t if the CLI
+// cannot be run or does not finish within commandTimeout.
+func runCLI(t *testing.T, env []string, in io.Reader, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, suite.DockerCLI, args...)
-	cmd.Env = dockerEnv()
-	cmd.Stdin = in
+	cmd.Env = env
+	if in != nil {
+		cmd.Stdin = in
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -64,14 +76,25 @@ func dockerStdin(t *testing.T, in io.Reader, args ...string) result {
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
-		t.Fatalf("docker %s did not finish within %v; stdout %q, stderr %q", strings.Join(args, " "), commandTimeout, res.Stdout, res.Stderr)
+		t.Fatalf("docker %s (%s) did not finish within %v; stdout %q, stderr %q",
+			strings.Join(args, " "), envValue(env, "DOCKER_HOST"), commandTimeout, res.Stdout, res.Stderr)
 	case errors.As(err, &exit):
 		res.Code = exit.ExitCode()
 	case err != nil:
 		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
 	}
-	t.Logf("$ docker %s\n  exit %d, stdout %q, stderr %q", strings.Join(args, " "), res.Code, clip(res.Stdout), clip(res.Stderr))
 	return res
+}
+
+// envValue is the last value env gives key, as exec uses it.
+func envValue(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
 }
 
 // dockerEnv is the CLI's environment: the daemon under test, a private

@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -113,23 +110,7 @@ func wrongCreds(t *testing.T, host string, args ...string) result {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"auths":{"`+host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, suite.DockerCLI, args...)
-	cmd.Env = append(dockerEnv(), "DOCKER_CONFIG="+dir)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := result{Stdout: stdout.String(), Stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		t.Fatalf("docker %s did not finish within %v", strings.Join(args, " "), commandTimeout)
-	case errors.As(err, &exit):
-		res.Code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
-	}
+	res := runCLI(t, append(dockerEnv(), "DOCKER_CONFIG="+dir), nil, args...)
 	t.Logf("$ docker %s (wrong credentials)\n  exit %d, stdout %q, stderr %q", strings.Join(args, " "), res.Code, res.Stdout, res.Stderr)
 	return res
 }
