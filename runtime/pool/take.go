@@ -81,7 +81,7 @@ func (p *Pool) Start(ctx context.Context, cfg vmm.Config) (_ *templates.VM, err 
 		adoptTook = time.Since(moved)
 		adopted <- err
 	}()
-	resumed, attached, refreshed, err := p.wakeUp(ctx, e, cfg.Disks)
+	resumed, attached, refreshed, err := p.wakeUp(ctx, e, h, cfg.Disks)
 	if aerr := <-adopted; aerr != nil {
 		return nil, fmt.Errorf("pool: %w", aerr)
 	}
@@ -106,7 +106,7 @@ func (p *Pool) Start(ctx context.Context, cfg vmm.Config) (_ *templates.VM, err 
 
 // wakeUp resumes a taken VM, then plugs its container's disks (QMP) while
 // the guest is refreshed (agent), saying when each step ended.
-func (p *Pool) wakeUp(ctx context.Context, e *entry, disks []vmm.Disk) (resumed, attached, refreshed time.Time, err error) {
+func (p *Pool) wakeUp(ctx context.Context, e *entry, h handover, disks []vmm.Disk) (resumed, attached, refreshed time.Time, err error) {
 	if err = e.vm.Machine.Resume(ctx); err != nil {
 		return resumed, attached, refreshed, fmt.Errorf("pool: resume: %w", err)
 	}
@@ -118,7 +118,7 @@ func (p *Pool) wakeUp(ctx context.Context, e *entry, disks []vmm.Disk) (resumed,
 		refreshErr <- err
 	}()
 	if len(disks) > 0 {
-		err = e.vm.Machine.(handover).AttachDisks(ctx, disks)
+		err = h.AttachDisks(ctx, disks)
 	}
 	attached = time.Now()
 	err = errors.Join(err, <-refreshErr)
