@@ -330,9 +330,9 @@ func (c *ctr) monitor(r *run) {
 	}
 	c.hub.ended()
 	outputDone := time.Now()
-	c.teardown(r)
+	vmTook, netTook := c.teardown(r)
 	c.m.log.Debug("container VM taken down", "id", c.rec.ID[:12],
-		"output_drained", outputDone.Sub(exitedAt), "teardown", time.Since(outputDone))
+		"output_drained", outputDone.Sub(exitedAt), "vm", vmTook, "network", netTook, "teardown", time.Since(outputDone))
 
 	c.mu.Lock()
 	code := status.Code
@@ -410,18 +410,20 @@ func (c *ctr) pump(ctx context.Context, r *run, stream string) error {
 // teardown closes the main process's stdin and takes the VM down. The
 // VM of a container removed on exit is killed outright: its disks go with
 // it, so the guest has nothing worth unmounting and syncing.
-func (c *ctr) teardown(r *run) {
+func (c *ctr) teardown(r *run) (vmTook, netTook time.Duration) {
 	if r.stdin != nil {
 		_ = r.stdin.Close()
 	}
 	// The network goes while the VM does: the main process has exited,
 	// and neither waits on the other (each is 5-20 ms of the exit path).
+	start := time.Now()
 	detached := make(chan struct{})
 	go func() {
 		defer close(detached)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		c.detachNetwork(ctx)
+		netTook = time.Since(start)
 	}()
 	if c.autoRemove() {
 		discardVM(r.machine, r.client)
@@ -429,7 +431,9 @@ func (c *ctr) teardown(r *run) {
 		stopVM(c.m.log, c.rec.ID[:12], r.machine, r.client)
 	}
 	r.shares.stop(c.m.log)
+	vmTook = time.Since(start)
 	<-detached
+	return vmTook, netTook
 }
 
 // recordStartFailure marks a container whose start failed as exited, with

@@ -307,10 +307,12 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	}
 	defer f.Close()
 
+	t0 := time.Now()
 	m, err := d.launch(ctx, cfg, want.netSlots(), true, "inmigrate")
 	if err != nil {
 		return nil, err
 	}
+	launched := time.Now()
 	defer func() {
 		if err != nil {
 			_ = m.Kill()
@@ -343,8 +345,10 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		}
 		return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 	}
+	loaded := time.Now()
 	if err := q.Execute(ctx, "cont", nil, nil); err != nil {
 		return nil, fmt.Errorf("restore vm %s: resume: %w", cfg.ID, err)
 	}
+	d.log.Debug("qemu restored", "vm", cfg.ID, "launch", launched.Sub(t0), "load", loaded.Sub(launched), "resume", time.Since(loaded))
 	return m, nil
 }
