@@ -74,8 +74,14 @@ const (
 	tapsFile = "taps"
 )
 
+// format is how templates are made: 2 keeps the guest's RAM in a file
+// that restores map copy-on-write (vmm.Config.FileMemory); templates of
+// format 1 carried it in the snapshot's stream and are rebuilt.
+const format = 2
+
 // Key is what a template fits: a VM restored from it has exactly these.
 type Key struct {
+	Format    int    `json:"format"`
 	VMM       string `json:"vmm"` // driver name and version
 	Kernel    string `json:"kernel"`
 	Initramfs string `json:"initramfs"`
@@ -246,7 +252,7 @@ func (m *Manager) baseKey(ctx context.Context) (Key, error) {
 	if accel == "" {
 		accel = "tcg"
 	}
-	return Key{VMM: m.opts.Driver.Name() + " " + version, Kernel: k, Initramfs: i, Cmdline: m.opts.Cmdline, Accel: accel}, nil
+	return Key{Format: format, VMM: m.opts.Driver.Name() + " " + version, Kernel: k, Initramfs: i, Cmdline: m.opts.Cmdline, Accel: accel}, nil
 }
 
 func (m *Manager) keyFor(ctx context.Context, memoryMiB, cpus, nics int) (Key, error) {
@@ -384,6 +390,9 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	machine, err := m.opts.Driver.Start(ctx, vmm.Config{
 		ID: "template-" + k.digest()[:8], Dir: runDir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
 		Cmdline: m.opts.Cmdline, MemoryMiB: k.MemoryMiB, CPUs: k.CPUs, Accel: k.Accel, Nets: nets,
+		// Restores then map the template's RAM copy-on-write instead of
+		// reading it all from the snapshot (vmm.Config.FileMemory).
+		FileMemory: true,
 	})
 	if err != nil {
 		return meta{}, fmt.Errorf("boot template: %w", err)

@@ -35,6 +35,15 @@ type Config struct {
 	// mounts by its Tag. A VM with shares has its memory shared with
 	// those processes.
 	Shares []Share
+	// FileMemory backs the guest's RAM with a file in Dir that the VMM
+	// writes through. A Snapshot of such a VM leaves the RAM out of its
+	// stream and puts the file in the snapshot directory instead, and
+	// every Restore of that snapshot maps the file copy-on-write: a
+	// restore then copies no RAM up front, the guest's pages come in as
+	// it touches them, and restores share every page none of them has
+	// written. Drivers that cannot do this refuse it
+	// (errdefs.ErrNotImplemented); it cannot be combined with Shares.
+	FileMemory bool
 }
 
 // Share is one virtio-fs device backed by a vhost-user socket on which a

@@ -196,6 +196,9 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	if err := validate(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.FileMemory {
+		return nil, fmt.Errorf("vm %s: file-backed memory: %w", cfg.ID, errdefs.ErrNotImplemented)
+	}
 	vc, err := d.vmConfig(cfg)
 	if err != nil {
 		return nil, err

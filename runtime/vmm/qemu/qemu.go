@@ -170,17 +170,33 @@ func (d *Driver) Name() string { return "qemu" }
 // Start implements vmm.Driver. It returns once QEMU answers query-status
 // on its monitor; the guest is still booting then.
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
-	m, err := d.launch(ctx, cfg, nil, false, "running")
+	var mem memorySpec
+	if cfg.FileMemory {
+		dir, err := filepath.Abs(cfg.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("vm dir: %w", err)
+		}
+		mem = memorySpec{path: filepath.Join(dir, memoryFile), shared: true}
+	}
+	m, err := d.launch(ctx, cfg, nil, false, "running", mem)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
+// memorySpec is a VM's RAM file (vmm.Config.FileMemory): written through
+// when shared, mapped copy-on-write otherwise. A zero memorySpec gives
+// the VM anonymous RAM.
+type memorySpec struct {
+	path   string
+	shared bool
+}
+
 // launch starts QEMU for cfg, waiting for an incoming migration when
 // incoming is set, and returns once its monitor reports wantStatus.
 // netSlots places cfg.Nets (see argSpec). On error nothing is left running.
-func (d *Driver) launch(ctx context.Context, cfg vmm.Config, netSlots []int, incoming bool, wantStatus string) (*Machine, error) {
+func (d *Driver) launch(ctx context.Context, cfg vmm.Config, netSlots []int, incoming bool, wantStatus string, mem memorySpec) (*Machine, error) {
 	if err := validate(cfg); err != nil {
 		return nil, err
 	}
@@ -194,7 +210,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, netSlots []int, inc
 	if pid, err := vmmproc.ReadPID(dir, pidFile); err == nil && isOurQEMU(pid, dir) {
 		return nil, fmt.Errorf("start vm %s: QEMU %d already runs in %s: %w", cfg.ID, pid, dir, errdefs.ErrConflict)
 	}
-	args, err := qemuArgs(argSpec{machine: d.machine, runAs: d.runAs, tbMiB: d.tbMiB, incoming: incoming, netSlots: netSlots}, cfg)
+	args, err := qemuArgs(argSpec{machine: d.machine, runAs: d.runAs, tbMiB: d.tbMiB, incoming: incoming, netSlots: netSlots, memory: mem}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +222,12 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, netSlots []int, inc
 	if err := removeRuntimeFiles(dir); err != nil {
 		dirFD.Close()
 		return nil, err
+	}
+	if mem.shared {
+		if err := createMemoryFile(mem.path, cfg.MemoryMiB); err != nil {
+			dirFD.Close()
+			return nil, fmt.Errorf("start vm %s: %w", cfg.ID, err)
+		}
 	}
 	disks, err := openDisks(cfg)
 	if err != nil {
@@ -345,6 +367,8 @@ type argSpec struct {
 	// firstNetSlot), as a restore must place the NICs of a VM that had
 	// some hot-plugged; nil puts them in the first slots in order.
 	netSlots []int
+	// memory is the guest RAM's file, if any.
+	memory memorySpec
 }
 
 // qemuArgs is QEMU's command line. Paths of host files are absolute
@@ -420,6 +444,22 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 		"-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 	)
+	if spec.memory.path != "" {
+		if len(cfg.Shares) > 0 {
+			return nil, fmt.Errorf("vm %s: file-backed memory and virtio-fs shares: %w", cfg.ID, errdefs.ErrInvalidArgument)
+		}
+		// The backend takes the id of the machine's default RAM, so the
+		// RAM block a migration stream names is the same as an
+		// anonymous-RAM VM's and snapshots restore into either.
+		share := "off"
+		if spec.memory.shared {
+			share = "on"
+		}
+		id := defaultRAMID(machine)
+		args = append(args,
+			"-object", fmt.Sprintf("memory-backend-file,id=%s,size=%dM,mem-path=%s,share=%s", id, mem, optEscape(spec.memory.path), share),
+			"-machine", "memory-backend="+id)
+	}
 	if spec.incoming {
 		args = append(args, "-incoming", "defer")
 	} else {
@@ -540,6 +580,36 @@ func closeAll(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
+}
+
+// defaultRAMID is the id QEMU gives a machine's RAM backend when none is
+// named: the name of its RAM block in a migration stream.
+func defaultRAMID(machine string) string {
+	if machine == MachineMicroVM {
+		return "microvm.ram"
+	}
+	return "pc.ram"
+}
+
+// createMemoryFile makes an empty (sparse) RAM file of memMiB for a
+// FileMemory VM, replacing one a dead VM left. It is created here rather
+// than by QEMU so that only root can read the guest's memory.
+func createMemoryFile(path string, memMiB int) error {
+	if memMiB == 0 {
+		memMiB = defaultMemoryMiB
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove old memory file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create memory file: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(memMiB) << 20); err != nil {
+		return fmt.Errorf("size memory file: %w", err)
+	}
+	return nil
 }
 
 // maxTag is the size of the tag field of virtio-fs's config space.
@@ -668,7 +738,7 @@ func isOurQEMU(pid int, dir string) bool {
 }
 
 func removeRuntimeFiles(dir string) error {
-	for _, name := range []string{qmpSocket, agentSocket, pidFile, layoutFile} {
+	for _, name := range []string{qmpSocket, agentSocket, pidFile, layoutFile, memoryFile} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", name, err)
 		}
@@ -696,6 +766,8 @@ type Machine struct {
 	// layout is what a snapshot of this VM records; nil when a
 	// reattached VM's directory did not say.
 	layout *layout
+	// ramTaken: a snapshot holds this FileMemory VM's RAM file.
+	ramTaken bool
 }
 
 var _ vmm.Machine = (*Machine)(nil)

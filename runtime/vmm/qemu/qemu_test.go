@@ -410,3 +410,41 @@ func TestNewDefaultTBSize(t *testing.T) {
 		}
 	}
 }
+
+// TestQEMUArgsFileMemory checks the RAM file's backend: named as the
+// machine's default RAM (so streams restore into anonymous-RAM VMs),
+// shared only when the VM writes through, and refused beside shares.
+func TestQEMUArgsFileMemory(t *testing.T) {
+	cfg := vmm.Config{ID: "m1", Dir: t.TempDir(), Kernel: "/boot/vmlinuz", Initramfs: "/initrd", MemoryMiB: 256}
+	for _, tc := range []struct {
+		name    string
+		spec    argSpec
+		object  string
+		machine string
+	}{
+		{"template", argSpec{machine: MachinePC, memory: memorySpec{path: "/t/a,b/memory", shared: true}},
+			"memory-backend-file,id=pc.ram,size=256M,mem-path=/t/a,,b/memory,share=on", "memory-backend=pc.ram"},
+		{"restore", argSpec{machine: MachinePC, incoming: true, memory: memorySpec{path: "/t/memory"}},
+			"memory-backend-file,id=pc.ram,size=256M,mem-path=/t/memory,share=off", "memory-backend=pc.ram"},
+		{"microvm", argSpec{machine: MachineMicroVM, memory: memorySpec{path: "/t/memory", shared: true}},
+			"memory-backend-file,id=microvm.ram,size=256M,mem-path=/t/memory,share=on", "memory-backend=microvm.ram"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args, err := qemuArgs(tc.spec, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := argAfter(args, "-object"); !slices.Equal(got, []string{tc.object}) {
+				t.Errorf("-object = %q, want %q", got, tc.object)
+			}
+			if got := argAfter(args, "-machine"); !slices.Equal(got, []string{tc.machine}) {
+				t.Errorf("-machine = %q, want %q", got, tc.machine)
+			}
+		})
+	}
+	shared := cfg
+	shared.Shares = []vmm.Share{{Tag: "husk0", Socket: "/s.sock"}}
+	if _, err := qemuArgs(argSpec{machine: MachinePC, memory: memorySpec{path: "/t/memory", shared: true}}, shared); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("file memory with shares: %v, want invalid argument", err)
+	}
+}

@@ -41,6 +41,9 @@ import (
 const (
 	stateFile  = "vmstate"
 	layoutFile = "layout.json"
+	// memoryFile is a FileMemory VM's RAM, in its directory and in its
+	// snapshots'.
+	memoryFile = "memory"
 	// snapshotFD is the name under which QEMU holds the stream's descriptor.
 	snapshotFD = "husk-snapshot"
 	// unlimitedBandwidth is QEMU's max-bandwidth in bytes/s: far above
@@ -65,6 +68,11 @@ type layout struct {
 	// pc machine, 0 on microvm): snapshots made before devices had fixed
 	// slots do not fit a VM that has them.
 	Slots int `json:"slots,omitempty"`
+	// FileMemory: the VM's RAM is the shared file memoryFile
+	// (vmm.Config.FileMemory), so its snapshots carry that file and no
+	// RAM in their stream. It is not compared by equal: a restore of such
+	// a snapshot maps the file privately and is not FileMemory itself.
+	FileMemory bool `json:"fileMemory,omitempty"`
 }
 
 type layoutDisk struct {
@@ -103,7 +111,7 @@ func denseSlots(n int) []int {
 // layoutOf is the layout of a VM started for cfg with cfg.Nets in
 // netSlots (nil: the first slots).
 func (d *Driver) layoutOf(cfg vmm.Config, netSlots []int) layout {
-	l := layout{Machine: d.machine, Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, CPUs: max(cfg.CPUs, 1), Nets: len(cfg.Nets)}
+	l := layout{Machine: d.machine, Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, CPUs: max(cfg.CPUs, 1), Nets: len(cfg.Nets), FileMemory: cfg.FileMemory}
 	if netSlots == nil {
 		netSlots = denseSlots(len(cfg.Nets))
 	}
@@ -165,7 +173,7 @@ func (m *Machine) Snapshot(ctx context.Context, dir string) (err error) {
 	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
 		return fmt.Errorf("pause qemu %d: %w", m.pid, err)
 	}
-	if err := prepareMigration(ctx, q); err != nil {
+	if err := prepareMigration(ctx, q, m.layout.FileMemory); err != nil {
 		return err
 	}
 	if err := q.Execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": unlimitedBandwidth}, nil); err != nil {
@@ -188,15 +196,45 @@ func (m *Machine) Snapshot(ctx context.Context, dir string) (err error) {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync snapshot file: %w", err)
 	}
+	if m.layout.FileMemory {
+		if err := m.keepMemory(dir); err != nil {
+			return err
+		}
+	}
 	if st, err := f.Stat(); err == nil {
 		m.log.Debug("snapshot written", "bytes", st.Size(), "took", time.Since(start))
 	}
 	return nil
 }
 
-// prepareMigration turns on migration events, which waitMigration reads.
-func prepareMigration(ctx context.Context, q *QMP) error {
-	caps := []map[string]any{{"capability": "events", "state": true}}
+// keepMemory puts a paused FileMemory VM's RAM file, synced, into the
+// snapshot directory dir. It is linked, not copied: the VM never runs
+// again (Resume refuses), so the file no longer changes.
+func (m *Machine) keepMemory(dir string) error {
+	src := m.path(memoryFile)
+	f, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("open vm memory file: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync vm memory file: %w", err)
+	}
+	if err := os.Link(src, filepath.Join(dir, memoryFile)); err != nil {
+		return fmt.Errorf("keep vm memory file with its snapshot (it must be on the VM directory's file system): %w", err)
+	}
+	m.mu.Lock()
+	m.ramTaken = true
+	m.mu.Unlock()
+	return nil
+}
+
+// prepareMigration turns on migration events, which waitMigration reads,
+// and with ignoreShared leaves shared RAM (a FileMemory VM's) out of the
+// stream. Both ends of a stream must agree on ignoreShared: it changes
+// the stream's format.
+func prepareMigration(ctx context.Context, q *QMP, ignoreShared bool) error {
+	caps := []map[string]any{{"capability": "events", "state": true}, {"capability": "x-ignore-shared", "state": ignoreShared}}
 	if err := q.Execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": caps}, nil); err != nil {
 		return err
 	}
@@ -243,6 +281,12 @@ func waitMigration(ctx context.Context, q *QMP) error {
 // way (its daemon died mid-checkpoint) is cancelled first: resuming under
 // a running migration would let the guest change memory already written.
 func (m *Machine) Resume(ctx context.Context) error {
+	m.mu.Lock()
+	taken := m.ramTaken
+	m.mu.Unlock()
+	if taken {
+		return fmt.Errorf("qemu %d: its memory file now belongs to a snapshot; the VM cannot run again: %w", m.pid, errdefs.ErrConflict)
+	}
 	q, err := m.QMP(ctx)
 	if err != nil {
 		return err
@@ -307,8 +351,20 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	}
 	defer f.Close()
 
+	// A FileMemory snapshot's RAM is its file, mapped copy-on-write
+	// (share=off): the stream holds none, nothing is read up front, and
+	// the file is never written.
+	var mem memorySpec
+	if want.FileMemory {
+		if mem.path, err = filepath.Abs(filepath.Join(snapshotDir, memoryFile)); err != nil {
+			return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
+		}
+		if _, err := os.Stat(mem.path); err != nil {
+			return nil, fmt.Errorf("restore vm %s: snapshot memory: %w", cfg.ID, err)
+		}
+	}
 	t0 := time.Now()
-	m, err := d.launch(ctx, cfg, want.netSlots(), true, "inmigrate")
+	m, err := d.launch(ctx, cfg, want.netSlots(), true, "inmigrate", mem)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +380,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		return nil, err
 	}
 	defer q.Close()
-	if err := prepareMigration(ctx, q); err != nil {
+	if err := prepareMigration(ctx, q, want.FileMemory); err != nil {
 		return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 	}
 	if err := q.ExecuteWithFile(ctx, "getfd", map[string]string{"fdname": snapshotFD}, nil, f); err != nil {

@@ -2,12 +2,18 @@ package qemu
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/vmm"
 )
@@ -205,4 +211,119 @@ func TestRestoreRefuses(t *testing.T) {
 			t.Errorf("%s left after a failed restore (%v)", f, err)
 		}
 	}
+}
+
+// TestFileMemorySnapshot snapshots a VM whose RAM is a shared file: the
+// stream leaves the RAM out and the file goes with the snapshot; the VM
+// cannot run again; two concurrent restores each count on from the
+// snapshot on their own, so each maps the file privately, and the file
+// is unchanged by them; and a restore's own snapshot carries its RAM and
+// restores into an ordinary VM.
+func TestFileMemorySnapshot(t *testing.T) {
+	env := needBoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	drv := New(Options{Binary: env.qemu})
+
+	src := vmConfig(t, env, "filemem-src")
+	src.FileMemory = true
+	m, err := drv.Start(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(m) })
+	if r := say(t, ctx, m, "hello"); !strings.HasPrefix(r, "ready") {
+		t.Fatalf("guest said %q", r)
+	}
+	for _, want := range []string{"count 1", "count 2"} {
+		if r := say(t, ctx, m, "incr"); r != want {
+			t.Fatalf("guest counted %q, want %q", r, want)
+		}
+	}
+	// The snapshot's directory sits beside the VM's, as a template's does.
+	snap := filepath.Join(filepath.Dir(src.Dir), "snap")
+	if err := os.Mkdir(snap, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	state, err := os.Stat(filepath.Join(snap, stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := os.Stat(filepath.Join(snap, memoryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.Size() != 256<<20 || state.Size() > 8<<20 {
+		t.Fatalf("snapshot: stream %d bytes, memory file %d bytes; want the RAM in the file only", state.Size(), mem.Size())
+	}
+	if err := m.Resume(ctx); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("resume after the snapshot took its memory: %v, want a conflict", err)
+	}
+	stopVM(m)
+	before := fileDigest(t, filepath.Join(snap, memoryFile))
+
+	var wg sync.WaitGroup
+	machines := make([]vmm.Machine, 2)
+	errs := make([]error, 2)
+	cfgs := []vmm.Config{vmConfig(t, env, "filemem-a"), vmConfig(t, env, "filemem-b")}
+	for i := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			machines[i], errs[i] = drv.Restore(ctx, cfgs[i], snap)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("restore %d: %v", i, err)
+		}
+		t.Cleanup(func() { stopVM(machines[i]) })
+	}
+	if r := say(t, ctx, machines[0], "incr"); r != "count 3" {
+		t.Fatalf("restore a: %q, want count 3", r)
+	}
+	if r := say(t, ctx, machines[0], "incr"); r != "count 4" {
+		t.Fatalf("restore a: %q, want count 4", r)
+	}
+	if r := say(t, ctx, machines[1], "incr"); r != "count 3" {
+		t.Fatalf("restore b saw restore a's writes: %q, want count 3", r)
+	}
+	if after := fileDigest(t, filepath.Join(snap, memoryFile)); after != before {
+		t.Fatal("the restores wrote to the snapshot's memory file")
+	}
+
+	// A restore is not FileMemory: its snapshot carries its RAM.
+	snap2 := t.TempDir()
+	if err := machines[0].Snapshot(ctx, snap2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(snap2, memoryFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a restore's snapshot has a memory file: %v", err)
+	}
+	again, err := drv.Restore(ctx, vmConfig(t, env, "filemem-again"), snap2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(again) })
+	if r := say(t, ctx, again, "incr"); r != "count 5" {
+		t.Errorf("restore of a restore: %q, want count 5", r)
+	}
+}
+
+func fileDigest(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
