@@ -273,35 +273,54 @@ func benchMemory(t *testing.T, b *benchResults, img string) {
 			t.Fatal(err)
 		}
 		b.memory[c.key] = m
-		t.Logf("bench: sandbox memory (%s): QEMU RSS %.1f MiB, guest RAM resident %.1f MiB, overhead %.1f MiB (PSS-based %.1f MiB)",
-			c.key, m.RSSMiB, m.GuestMiB, m.OverheadMiB, m.OverheadPSSMiB)
+		t.Logf("bench: sandbox memory (%s): QEMU RSS %.1f MiB, guest RAM resident %.1f MiB, overhead %.1f MiB (PSS-based %.1f MiB) = TCG buffer %.1f + binary and libraries %.1f + private %.1f",
+			c.key, m.RSSMiB, m.GuestMiB, m.OverheadMiB, m.OverheadPSSMiB, m.TCGBufferMiB, m.FileMiB, m.PrivateMiB)
 		mustDocker(t, "rm", "-f", name)
 	}
 }
 
-// memoryFigures is one sandbox's host memory, in MiB.
+// memoryFigures is one sandbox's host memory, in MiB. The overhead is
+// broken down so that what only TCG costs can be told apart: its
+// translation buffer, the QEMU binary's and libraries' pages (file-backed,
+// shared by every VMM on the host), and the rest, private to this VMM.
 type memoryFigures struct {
 	RSSMiB         float64 `json:"vmm_rss_mib"`
 	PSSMiB         float64 `json:"vmm_pss_mib"`
 	GuestMiB       float64 `json:"guest_resident_mib"`
 	OverheadMiB    float64 `json:"overhead_rss_mib"`
 	OverheadPSSMiB float64 `json:"overhead_pss_mib"`
+	TCGBufferMiB   float64 `json:"overhead_tcg_buffer_mib"`
+	FileMiB        float64 `json:"overhead_file_backed_mib"`
+	PrivateMiB     float64 `json:"overhead_private_mib"`
 }
 
 // vmmMemory reads /proc/pid/smaps: the guest's RAM is the smallest
 // mapping of at least guestBytes (under TCG a larger one holds the
-// translated code, which counts as the VMM's own).
+// translated code, which counts as the VMM's own). TCG's translation
+// buffer is the anonymous mapping of qemu.DefaultTBSizeMiB (less a guard
+// page).
 func vmmMemory(pid int, guestBytes int64) (memoryFigures, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
 		return memoryFigures{}, err
 	}
 	defer f.Close()
-	var total, pss, guestRSS, guestPSS, bestSize, size, rss int64
-	sc := bufio.NewScanner(f)
+	return parseSmaps(f, guestBytes)
+}
+
+func parseSmaps(r io.Reader, guestBytes int64) (memoryFigures, error) {
+	const tb = int64(qemu.DefaultTBSizeMiB) << 20
+	var total, pss, guestRSS, guestPSS, bestSize, size, rss, tbRSS, fileRSS, guestFile int64
+	fileBacked := false
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 2 {
+			continue
+		}
+		if !strings.HasSuffix(fields[0], ":") && strings.Contains(fields[0], "-") && len(fields) >= 5 {
+			// A mapping's header: address perms offset dev inode [path].
+			fileBacked = fields[4] != "0"
 			continue
 		}
 		kb, _ := strconv.ParseInt(fields[1], 10, 64)
@@ -311,11 +330,21 @@ func vmmMemory(pid int, guestBytes int64) (memoryFigures, error) {
 		case "Rss:":
 			rss = kb << 10
 			total += rss
+			if fileBacked {
+				fileRSS += rss
+			} else if size > tb-(1<<20) && size <= tb {
+				tbRSS += rss
+			}
 		case "Pss:":
 			p := kb << 10
 			pss += p
 			if size >= guestBytes && (bestSize == 0 || size < bestSize) {
 				bestSize, guestRSS, guestPSS = size, rss, p
+				guestFile = 0
+				if fileBacked {
+					// A restore maps its template's RAM file.
+					guestFile = rss
+				}
 			}
 		}
 	}
@@ -323,9 +352,12 @@ func vmmMemory(pid int, guestBytes int64) (memoryFigures, error) {
 		return memoryFigures{}, err
 	}
 	const mib = 1 << 20
+	over := total - guestRSS
+	file := fileRSS - guestFile
 	return memoryFigures{
 		RSSMiB: float64(total) / mib, PSSMiB: float64(pss) / mib, GuestMiB: float64(guestRSS) / mib,
-		OverheadMiB: float64(total-guestRSS) / mib, OverheadPSSMiB: float64(pss-guestPSS) / mib,
+		OverheadMiB: float64(over) / mib, OverheadPSSMiB: float64(pss-guestPSS) / mib,
+		TCGBufferMiB: float64(tbRSS) / mib, FileMiB: float64(file) / mib, PrivateMiB: float64(over-tbRSS-file) / mib,
 	}, nil
 }
 
@@ -570,7 +602,8 @@ func (b *benchResults) printTable(t *testing.T) {
 	}
 	for _, k := range sortedKeys(b.memory) {
 		m := b.memory[k]
-		t.Logf("bench: sandbox_memory_overhead_%-24s %7.1f MiB (RSS beyond guest RAM; PSS-based %.1f)", k, m.OverheadMiB, m.OverheadPSSMiB)
+		t.Logf("bench: sandbox_memory_overhead_%-24s %7.1f MiB (RSS beyond guest RAM; PSS-based %.1f; of it TCG buffer %.1f, binary and libraries %.1f, private %.1f)",
+			k, m.OverheadMiB, m.OverheadPSSMiB, m.TCGBufferMiB, m.FileMiB, m.PrivateMiB)
 	}
 	for _, n := range b.notes {
 		t.Logf("bench: note: %s", n)
