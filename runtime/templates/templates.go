@@ -28,6 +28,14 @@
 // SCSI targets (runtime/vmm/qemu), so a container started from a
 // template can be checkpointed and restored like any other.
 //
+// The template guest's RAM is a file (vmm.Config.FileMemory): its
+// snapshot holds only device state, and each restore maps the file
+// copy-on-write. A restore thus reads no RAM up front (QEMU loaded a
+// 78-107 MB stream in 230-300 ms under TCG before), the guest's pages come
+// in from the host's page cache as it touches them, and every VM of a
+// template shares the pages it has not written (a template-started
+// sandbox's own guest RAM fell from ~124 to ~36 MiB resident).
+//
 // Templates are built in the background: at daemon start for the default
 // shape (Prepare), and lazily for any other shape the first time a
 // container asks for it; until one is ready containers boot cold. They are
