@@ -154,7 +154,14 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 // boot starts the VM, waits for the agent, prepares the root and starts the
 // main process. On error nothing is left running. Callers hold c.mu.
 func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
-	machine, client, sh, err := c.bootVM(ctx, true)
+	cfg := c.rec.Config
+	machine, client, sh, proc, err := c.bootVM(ctx, true, &proto.ProcessSpec{
+		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
+		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
+		ConsoleSize:  consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
+		Rlimits:      containerRlimits(c.rec.HostConfig),
+		Capabilities: containerCapabilities(c.rec.HostConfig, false),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -165,17 +172,6 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 			c.detachNetwork(context.WithoutCancel(ctx))
 		}
 	}()
-	cfg := c.rec.Config
-	proc, err := client.Start(ctx, mainProcess, proto.ProcessSpec{
-		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
-		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
-		ConsoleSize:  consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
-		Rlimits:      containerRlimits(c.rec.HostConfig),
-		Capabilities: containerCapabilities(c.rec.HostConfig, false),
-	})
-	if err != nil {
-		return nil, err
-	}
 	r := &run{machine: machine, client: client, proc: proc, shares: sh, exited: make(chan struct{})}
 	if cfg.OpenStdin {
 		if r.stdin, err = proc.Stdin(ctx); err != nil {
@@ -191,30 +187,31 @@ func discardVM(machine vmm.Machine, client *host.Client) {
 	killVM(machine)
 }
 
-// bootVM starts the container's VM, waits for the agent and prepares the
-// root. With withNetwork it attaches the container's networks (the caller
-// detaches them); a VM booted only to reach the container's files has no
-// network, and so binds none of its published ports. On error nothing is
-// left running or attached. Callers hold c.mu.
-func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *host.Client, _ *shares, err error) {
+// bootVM starts the container's VM, waits for the agent, prepares the
+// root and, if main is not nil, starts the main process. With withNetwork
+// it attaches the container's networks (the caller detaches them); a VM
+// booted only to reach the container's files has no network, and so binds
+// none of its published ports. On error nothing is left running or
+// attached. Callers hold c.mu.
+func (c *ctr) bootVM(ctx context.Context, withNetwork bool, main *proto.ProcessSpec) (_ vmm.Machine, _ *host.Client, _ *shares, _ *host.Process, err error) {
 	m := c.m
 	layers, err := m.images.Layers(ctx, c.rec.ImageID)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
+		return nil, nil, nil, nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
 	}
 	base, err := m.disks.EnsureBase(ctx, c.rec.ImageID, layers)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
+		return nil, nil, nil, nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
 	}
 	vmDir := filepath.Join(c.dir, "vm")
 	if err := os.MkdirAll(vmDir, 0o700); err != nil {
-		return nil, nil, nil, fmt.Errorf("create vm dir: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("create vm dir: %w", err)
 	}
 	c.rec.VMDir = vmDir
 	var att *husknet.Attachment
 	if withNetwork {
 		if att, err = c.attachNetwork(ctx); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		defer func() {
 			if err != nil {
@@ -224,7 +221,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 	}
 	sh, shareDevs, mountSpecs, err := c.startShares(ctx, vmDir)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -251,7 +248,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 		nets: nets, shares: shareDevs,
 	}, &setup)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -259,13 +256,48 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool) (_ vmm.Machine, _ *h
 			killVM(machine)
 		}
 	}()
-	setupStart := time.Now()
-	if err := client.Setup(ctx, setup); err != nil {
-		return nil, nil, nil, fmt.Errorf("set up guest root: %w", err)
+	proc, err := c.setUpAndStart(ctx, client, setup, main)
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
-	m.log.Debug("guest set up", "id", c.rec.ID[:12], "took", time.Since(setupStart))
 	c.copiedUp()
-	return machine, client, sh, nil
+	return machine, client, sh, proc, nil
+}
+
+// setUpAndStart prepares the guest's root and starts main (if not nil).
+// The start is sent beside the setup rather than after its answer
+// (proto.ProcessSpec.AwaitSetup): the guest, the slow side under TCG,
+// then goes from one to the other without waiting on the host. A failed
+// setup fails the start too, and is what is reported.
+func (c *ctr) setUpAndStart(ctx context.Context, client *host.Client, setup proto.SetupSpec, main *proto.ProcessSpec) (*host.Process, error) {
+	type started struct {
+		proc *host.Process
+		err  error
+	}
+	var startDone chan started
+	if main != nil {
+		spec := *main
+		spec.AwaitSetup = true
+		startDone = make(chan started, 1)
+		go func() {
+			proc, err := client.Start(ctx, mainProcess, spec)
+			startDone <- started{proc, err}
+		}()
+	}
+	setupStart := time.Now()
+	setupErr := client.Setup(ctx, setup)
+	c.m.log.Debug("guest set up", "id", c.rec.ID[:12], "took", time.Since(setupStart), "err", setupErr)
+	if startDone == nil {
+		if setupErr != nil {
+			return nil, fmt.Errorf("set up guest root: %w", setupErr)
+		}
+		return nil, nil
+	}
+	s := <-startDone
+	if setupErr != nil {
+		return nil, fmt.Errorf("set up guest root: %w", setupErr)
+	}
+	return s.proc, s.err
 }
 
 // connectAgent dials the agent until it answers: the guest is booting. One

@@ -101,6 +101,10 @@ type Agent struct {
 	settings *proto.ContainerSettings // set by OpSetup
 	procs    map[string]*process
 	warming  bool // an OpWarm is under way
+	// setupEnded is closed, and replaced, whenever a setup ends;
+	// setupErr is why the last one failed (ProcessSpec.AwaitSetup).
+	setupEnded chan struct{}
+	setupErr   error
 
 	// pmu orders process creation against reaping so that no exit goes
 	// unattributed between fork and registration.
@@ -134,13 +138,14 @@ func New(opts Options) (*Agent, error) {
 		opts.ProcSys = "/proc/sys"
 	}
 	a := &Agent{
-		log:      opts.Logger,
-		opts:     opts,
-		procs:    map[string]*process{},
-		byPid:    map[int]*process{},
-		sigch:    make(chan os.Signal, 1),
-		stop:     make(chan struct{}),
-		reapDone: make(chan struct{}),
+		log:        opts.Logger,
+		opts:       opts,
+		procs:      map[string]*process{},
+		byPid:      map[int]*process{},
+		setupEnded: make(chan struct{}),
+		sigch:      make(chan os.Signal, 1),
+		stop:       make(chan struct{}),
+		reapDone:   make(chan struct{}),
 	}
 	startReaper(a)
 	return a, nil
@@ -316,6 +321,11 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		if req.Process == nil {
 			return &agentError{proto.KindInvalid, "start: missing process spec"}
 		}
+		if req.Process.AwaitSetup {
+			if err := a.awaitSetup(ctx, sess.CloseChan()); err != nil {
+				return err
+			}
+		}
 		p, err := a.start(req.ID, *req.Process)
 		if err != nil {
 			return err
@@ -457,10 +467,42 @@ func (a *Agent) forget(p *process) error {
 }
 
 // setup prepares the root once per boot; a repeated setup (a new host
-// session after a daemon restart) is accepted without redoing it.
+// session after a daemon restart) is accepted without redoing it. Starts
+// waiting in awaitSetup learn how it ended.
 func (a *Agent) setup(ctx context.Context, spec proto.SetupSpec) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	err := a.setupLocked(ctx, spec)
+	a.setupErr = err
+	close(a.setupEnded)
+	a.setupEnded = make(chan struct{})
+	return err
+}
+
+// awaitSetup returns once the root is set up, or with the error of the
+// setup that failed (ProcessSpec.AwaitSetup), or when the session ends.
+func (a *Agent) awaitSetup(ctx context.Context, sessionClosed <-chan struct{}) error {
+	for {
+		a.mu.Lock()
+		root, ended, err := a.root, a.setupEnded, a.setupErr
+		a.mu.Unlock()
+		switch {
+		case root != "":
+			return nil
+		case err != nil:
+			return &agentError{proto.KindInvalid, "start: the container root was not set up: " + err.Error()}
+		}
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			return fmt.Errorf("start: wait for the setup: %w", ctx.Err())
+		case <-sessionClosed:
+			return errors.New("start: the session ended before the setup")
+		}
+	}
+}
+
+func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) error {
 	if a.root != "" {
 		return nil
 	}

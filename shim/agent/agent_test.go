@@ -637,3 +637,79 @@ func TestSessionWithIdleAttachmentsEnds(t *testing.T) {
 		t.Fatalf("wait through a new session: %+v, %v", st, err)
 	}
 }
+
+// failingRootfs is a Rootfs whose mount fails.
+type failingRootfs struct{}
+
+func (failingRootfs) Mount(context.Context, proto.SetupSpec) (string, error) {
+	return "", errors.New("no such disk")
+}
+func (failingRootfs) Unmount(context.Context) error { return nil }
+
+// TestAwaitSetup sends a start with AwaitSetup before its setup, as the
+// host does: the agent holds it until the setup ends, then runs it; a
+// failed setup fails it; and a session that ends first releases it.
+func TestAwaitSetup(t *testing.T) {
+	spec := proto.ProcessSpec{Args: []string{"echo", "after setup"}, AwaitSetup: true}
+	t.Run("held until the setup", func(t *testing.T) {
+		f := newFixture(t)
+		c, _ := f.connect(t)
+		type started struct {
+			p   *host.Process
+			err error
+		}
+		done := make(chan started, 1)
+		go func() {
+			p, err := c.Start(ctx(t), "main", spec)
+			done <- started{p, err}
+		}()
+		select {
+		case s := <-done:
+			t.Fatalf("start answered before any setup: %+v", s)
+		case <-time.After(200 * time.Millisecond):
+		}
+		setup(t, c)
+		s := <-done
+		if s.err != nil {
+			t.Fatalf("start after setup: %v", s.err)
+		}
+		if r := collect(t, s.p); r.stdout != "after setup\n" || r.exit.Code != 0 {
+			t.Errorf("process: %+v", r)
+		}
+	})
+	t.Run("failed setup", func(t *testing.T) {
+		a, err := agent.New(agent.Options{Rootfs: failingRootfs{}, StateDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		c, _ := (&fixture{agent: a}).connect(t)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Start(ctx(t), "main", spec)
+			done <- err
+		}()
+		if err := c.Setup(ctx(t), proto.SetupSpec{}); err == nil {
+			t.Fatal("setup on a failing root succeeded")
+		}
+		err = <-done
+		var ae *host.AgentError
+		if !errors.As(err, &ae) || !strings.Contains(ae.Message, "not set up: setup: no such disk") {
+			t.Errorf("start after a failed setup: %v", err)
+		}
+	})
+	t.Run("session ends first", func(t *testing.T) {
+		f := newFixture(t)
+		c, end := f.connect(t)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Start(ctx(t), "main", spec)
+			done <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		end() // returns only once the agent has let the session go
+		if err := <-done; err == nil {
+			t.Error("start succeeded without a setup")
+		}
+	})
+}

@@ -166,6 +166,12 @@ type ProcessSpec struct {
 	// Capabilities bound the process's capabilities; nil leaves it the
 	// agent's (all of them).
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
+	// AwaitSetup lets the start be sent beside the OpSetup that prepares
+	// its root, on another stream, instead of after its answer: the agent
+	// holds a start that finds no root until a setup ends, and fails it if
+	// that setup failed. This saves the guest, which under TCG is the
+	// slow side, waiting out a round trip to the host between the two.
+	AwaitSetup bool `json:"awaitSetup,omitempty"`
 }
 
 // ExitStatus is how a process ended. Code follows the shell convention
