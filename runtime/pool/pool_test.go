@@ -104,7 +104,9 @@ func (f *fakeTemplates) Start(ctx context.Context, cfg vmm.Config) (*templates.V
 // agentDir is a directory for an in-process agent. Not t.TempDir: a warm-up
 // under way when the pool closes goes on writing in its agent's root (the
 // fake VM's kill does not stop the agent), so removal is retried until
-// that is over.
+// that is over: until a removal has held for 100 ms (a removal that
+// succeeded while the warm-up was between writes let it recreate the
+// directory).
 func (f *fakeTemplates) agentDir() (string, error) {
 	dir, err := os.MkdirTemp("", "pool-agent-")
 	if err != nil {
@@ -113,7 +115,11 @@ func (f *fakeTemplates) agentDir() (string, error) {
 	f.t.Cleanup(func() {
 		for range 100 {
 			if err := os.RemoveAll(dir); err == nil {
-				return
+				time.Sleep(100 * time.Millisecond)
+				if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+					return
+				}
+				continue
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
