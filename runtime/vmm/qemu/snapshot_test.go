@@ -47,6 +47,26 @@ func say(t *testing.T, ctx context.Context, m vmm.Machine, line string) string {
 	return reply
 }
 
+// startCounting boots a VM for cfg and has its guest count to 2, the
+// state the snapshot tests take.
+func startCounting(t *testing.T, ctx context.Context, drv *Driver, cfg vmm.Config) vmm.Machine {
+	t.Helper()
+	m, err := drv.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(m) })
+	if r := say(t, ctx, m, "hello"); !strings.HasPrefix(r, "ready") {
+		t.Fatalf("guest said %q", r)
+	}
+	for _, want := range []string{"count 1", "count 2"} {
+		if r := say(t, ctx, m, "incr"); r != want {
+			t.Fatalf("guest counted %q, want %q", r, want)
+		}
+	}
+	return m
+}
+
 func stopVM(m vmm.Machine) {
 	_ = m.Kill()
 	_ = m.Cleanup()
@@ -63,19 +83,7 @@ func TestSnapshotRestore(t *testing.T) {
 	drv := New(Options{Binary: env.qemu})
 
 	src := vmConfig(t, env, "snap-src")
-	m, err := drv.Start(ctx, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopVM(m) })
-	if r := say(t, ctx, m, "hello"); !strings.HasPrefix(r, "ready") {
-		t.Fatalf("guest said %q", r)
-	}
-	for _, want := range []string{"count 1", "count 2"} {
-		if r := say(t, ctx, m, "incr"); r != want {
-			t.Fatalf("guest counted %q, want %q", r, want)
-		}
-	}
+	m := startCounting(t, ctx, drv, src)
 
 	// The host is connected, as huskd is, while the snapshot is taken.
 	held, err := m.DialAgent(ctx)
@@ -227,19 +235,7 @@ func TestFileMemorySnapshot(t *testing.T) {
 
 	src := vmConfig(t, env, "filemem-src")
 	src.FileMemory = true
-	m, err := drv.Start(ctx, src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopVM(m) })
-	if r := say(t, ctx, m, "hello"); !strings.HasPrefix(r, "ready") {
-		t.Fatalf("guest said %q", r)
-	}
-	for _, want := range []string{"count 1", "count 2"} {
-		if r := say(t, ctx, m, "incr"); r != want {
-			t.Fatalf("guest counted %q, want %q", r, want)
-		}
-	}
+	m := startCounting(t, ctx, drv, src)
 	// The snapshot's directory sits beside the VM's, as a template's does.
 	snap := filepath.Join(filepath.Dir(src.Dir), "snap")
 	if err := os.Mkdir(snap, 0o700); err != nil {
