@@ -287,13 +287,10 @@ func (c *ctr) setUpAndStart(ctx context.Context, client *host.Client, setup prot
 	setupStart := time.Now()
 	setupErr := client.Setup(ctx, setup)
 	c.m.log.Debug("guest set up", "id", c.rec.ID[:12], "took", time.Since(setupStart), "err", setupErr)
-	if startDone == nil {
-		if setupErr != nil {
-			return nil, fmt.Errorf("set up guest root: %w", setupErr)
-		}
-		return nil, nil
+	var s started
+	if startDone != nil {
+		s = <-startDone
 	}
-	s := <-startDone
 	if setupErr != nil {
 		return nil, fmt.Errorf("set up guest root: %w", setupErr)
 	}
