@@ -83,6 +83,14 @@ const baseCmdline = "console=ttyS0 panic=-1 quiet"
 // defaultMemoryMiB is the guest's memory when Config.MemoryMiB is 0.
 const defaultMemoryMiB = 256
 
+// memoryMiB is the guest memory cfg asks for.
+func memoryMiB(cfg vmm.Config) int {
+	if cfg.MemoryMiB == 0 {
+		return defaultMemoryMiB
+	}
+	return cfg.MemoryMiB
+}
+
 // virtio-blk serials are at most 20 bytes (VIRTIO_BLK_ID_BYTES); QEMU
 // would silently cut longer ones and the guest would not find its disk.
 // SCSI disks allow more, but a VM's disks must fit either.
@@ -172,11 +180,7 @@ func (d *Driver) Name() string { return "qemu" }
 func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error) {
 	var mem memorySpec
 	if cfg.FileMemory {
-		dir, err := filepath.Abs(cfg.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("vm dir: %w", err)
-		}
-		mem = memorySpec{path: filepath.Join(dir, memoryFile), shared: true}
+		mem = memorySpec{path: memoryFile, shared: true}
 	}
 	m, err := d.launch(ctx, cfg, nil, false, "running", mem)
 	if err != nil {
@@ -186,8 +190,10 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 }
 
 // memorySpec is a VM's RAM file (vmm.Config.FileMemory): written through
-// when shared, mapped copy-on-write otherwise. A zero memorySpec gives
-// the VM anonymous RAM.
+// when shared, mapped copy-on-write otherwise. A shared file is the VM's
+// own, and its path, like the driver's other files', is relative to the
+// VM directory; a restore's is its snapshot's, by an absolute path. A
+// zero memorySpec gives the VM anonymous RAM.
 type memorySpec struct {
 	path   string
 	shared bool
@@ -224,7 +230,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, netSlots []int, inc
 		return nil, err
 	}
 	if mem.shared {
-		if err := createMemoryFile(mem.path, cfg.MemoryMiB); err != nil {
+		if err := createMemoryFile(filepath.Join(dir, mem.path), memoryMiB(cfg)); err != nil {
 			dirFD.Close()
 			return nil, fmt.Errorf("start vm %s: %w", cfg.ID, err)
 		}
@@ -411,10 +417,7 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	mem := cfg.MemoryMiB
-	if mem == 0 {
-		mem = defaultMemoryMiB
-	}
+	mem := memoryMiB(cfg)
 	cpus := max(cfg.CPUs, 1)
 	tcg := "tcg"
 	if spec.tbMiB > 0 {
@@ -595,9 +598,6 @@ func defaultRAMID(machine string) string {
 // FileMemory VM, replacing one a dead VM left. It is created here rather
 // than by QEMU so that only root can read the guest's memory.
 func createMemoryFile(path string, memMiB int) error {
-	if memMiB == 0 {
-		memMiB = defaultMemoryMiB
-	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove old memory file: %w", err)
 	}

@@ -111,7 +111,7 @@ func denseSlots(n int) []int {
 // layoutOf is the layout of a VM started for cfg with cfg.Nets in
 // netSlots (nil: the first slots).
 func (d *Driver) layoutOf(cfg vmm.Config, netSlots []int) layout {
-	l := layout{Machine: d.machine, Accel: cfg.Accel, MemoryMiB: cfg.MemoryMiB, CPUs: max(cfg.CPUs, 1), Nets: len(cfg.Nets), FileMemory: cfg.FileMemory}
+	l := layout{Machine: d.machine, Accel: cfg.Accel, MemoryMiB: memoryMiB(cfg), CPUs: max(cfg.CPUs, 1), Nets: len(cfg.Nets), FileMemory: cfg.FileMemory}
 	if netSlots == nil {
 		netSlots = denseSlots(len(cfg.Nets))
 	}
@@ -125,9 +125,6 @@ func (d *Driver) layoutOf(cfg vmm.Config, netSlots []int) layout {
 	}
 	if l.Accel == "" {
 		l.Accel = "tcg"
-	}
-	if l.MemoryMiB == 0 {
-		l.MemoryMiB = defaultMemoryMiB
 	}
 	for _, disk := range cfg.Disks {
 		l.Disks = append(l.Disks, layoutDisk{ReadOnly: disk.ReadOnly, Serial: disk.Serial})
