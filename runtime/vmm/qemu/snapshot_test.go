@@ -67,6 +67,33 @@ func startCounting(t *testing.T, ctx context.Context, drv *Driver, cfg vmm.Confi
 	return m
 }
 
+// restoreAtOnce restores snap into a VM for each of cfgs, all at once.
+func restoreAtOnce(t *testing.T, ctx context.Context, drv *Driver, snap string, cfgs ...vmm.Config) []vmm.Machine {
+	t.Helper()
+	var wg sync.WaitGroup
+	machines := make([]vmm.Machine, len(cfgs))
+	errs := make([]error, len(cfgs))
+	for i := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			machines[i], errs[i] = drv.Restore(ctx, cfgs[i], snap)
+		}()
+	}
+	wg.Wait()
+	for _, m := range machines {
+		if m != nil {
+			t.Cleanup(func() { stopVM(m) })
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("restore %d: %v", i, err)
+		}
+	}
+	return machines
+}
+
 func stopVM(m vmm.Machine) {
 	_ = m.Kill()
 	_ = m.Cleanup()
@@ -117,27 +144,10 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("original after resume: %q, want count 3", r)
 	}
 
-	var wg sync.WaitGroup
-	replies := make([][]string, 2)
-	errs := make([]error, 2)
-	machines := make([]vmm.Machine, 2)
-	cfgs := []vmm.Config{vmConfig(t, env, "snap-a"), vmConfig(t, env, "snap-b")}
 	start = time.Now()
-	for i := range cfgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			machines[i], errs[i] = drv.Restore(ctx, cfgs[i], snap)
-		}()
-	}
-	wg.Wait()
+	machines := restoreAtOnce(t, ctx, drv, snap, vmConfig(t, env, "snap-a"), vmConfig(t, env, "snap-b"))
 	t.Logf("two concurrent restores, resumed: %v", time.Since(start))
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("restore %d: %v", i, err)
-		}
-		t.Cleanup(func() { stopVM(machines[i]) })
-	}
+	replies := make([][]string, len(machines))
 	for i, rm := range machines {
 		replies[i] = []string{say(t, ctx, rm, "incr"), say(t, ctx, rm, "incr")}
 	}
@@ -261,24 +271,7 @@ func TestFileMemorySnapshot(t *testing.T) {
 	stopVM(m)
 	before := fileDigest(t, filepath.Join(snap, memoryFile))
 
-	var wg sync.WaitGroup
-	machines := make([]vmm.Machine, 2)
-	errs := make([]error, 2)
-	cfgs := []vmm.Config{vmConfig(t, env, "filemem-a"), vmConfig(t, env, "filemem-b")}
-	for i := range cfgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			machines[i], errs[i] = drv.Restore(ctx, cfgs[i], snap)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("restore %d: %v", i, err)
-		}
-		t.Cleanup(func() { stopVM(machines[i]) })
-	}
+	machines := restoreAtOnce(t, ctx, drv, snap, vmConfig(t, env, "filemem-a"), vmConfig(t, env, "filemem-b"))
 	if r := say(t, ctx, machines[0], "incr"); r != "count 3" {
 		t.Fatalf("restore a: %q, want count 3", r)
 	}
