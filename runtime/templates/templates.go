@@ -84,8 +84,10 @@ const (
 
 // format is how templates are made: 2 keeps the guest's RAM in a file
 // that restores map copy-on-write (vmm.Config.FileMemory); templates of
-// format 1 carried it in the snapshot's stream and are rebuilt.
-const format = 2
+// format 1 carried it in the snapshot's stream. 3: the guest booted on
+// the VMM's current CPU model (QEMU under TCG dropped ERMS), which its
+// restores keep. Templates of an older format are rebuilt.
+const format = 3
 
 // Key is what a template fits: a VM restored from it has exactly these.
 type Key struct {

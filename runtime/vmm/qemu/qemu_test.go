@@ -54,7 +54,7 @@ func TestQEMUArgs(t *testing.T) {
 	}{
 		{"-M", []string{"pc"}},
 		{"-accel", []string{"tcg"}},
-		{"-cpu", []string{"max"}},
+		{"-cpu", []string{"max,erms=off"}},
 		{"-m", []string{"512"}},
 		{"-smp", []string{"2"}},
 		{"-name", []string{"c1,,x,process=husk-c1,,x"}},
@@ -362,6 +362,36 @@ func TestQEMUArgsShares(t *testing.T) {
 		if _, err := qemuArgs(argSpec{machine: MachinePC}, cfg); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("share %+v: err %v, want invalid argument", bad, err)
 		}
+	}
+}
+
+// A restore boots on the CPU its snapshot's guest booted on, whatever the
+// driver's model is now: layouts that name none are of TCG guests on
+// plain "max".
+func TestRestoreCPU(t *testing.T) {
+	cfg := vmm.Config{ID: "c1", Dir: t.TempDir(), Kernel: "/boot/vmlinuz", Initramfs: "/i.cpio"}
+	cases := []struct {
+		name    string
+		layout  layout
+		wantCPU string
+	}{
+		{"recorded", layout{Accel: "tcg", CPU: "max,erms=off"}, "max,erms=off"},
+		{"recorded other", layout{Accel: "tcg", CPU: "qemu64"}, "qemu64"},
+		{"before CPUs were recorded", layout{Accel: "tcg"}, "max"},
+		{"kvm before CPUs were recorded", layout{Accel: "kvm"}, "host"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := cfg
+			cfg.Accel = c.layout.Accel
+			args, err := qemuArgs(argSpec{machine: MachinePC, incoming: true, cpu: c.layout.cpu()}, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{c.wantCPU}) {
+				t.Errorf("-cpu = %q, want %q", got, c.wantCPU)
+			}
+		})
 	}
 }
 

@@ -73,6 +73,23 @@ type layout struct {
 	// RAM in their stream. It is not compared by equal: a restore of such
 	// a snapshot maps the file privately and is not FileMemory itself.
 	FileMemory bool `json:"fileMemory,omitempty"`
+	// CPU is the -cpu model the guest booted on, which its restores get
+	// whatever the driver's current model: the guest's kernel chose its
+	// code paths by that CPU's features. Layouts written before it was
+	// recorded are of TCG guests on cpuTCGLegacy (or KVM guests on host).
+	CPU string `json:"cpu,omitempty"`
+}
+
+// cpu is the CPU model a restore of the layout's VM needs.
+func (l layout) cpu() string {
+	switch {
+	case l.CPU != "":
+		return l.CPU
+	case l.Accel == "kvm":
+		return cpuKVM
+	default:
+		return cpuTCGLegacy
+	}
 }
 
 type layoutDisk struct {
@@ -361,7 +378,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		}
 	}
 	t0 := time.Now()
-	m, err := d.launch(ctx, cfg, want.netSlots(), true, "inmigrate", mem)
+	m, err := d.launch(ctx, cfg, argSpec{netSlots: want.netSlots(), incoming: true, memory: mem, cpu: want.cpu()})
 	if err != nil {
 		return nil, err
 	}

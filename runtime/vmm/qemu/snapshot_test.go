@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,6 +138,9 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	t.Logf("snapshot of a %d MiB guest: %d bytes in %v", src.MemoryMiB, st.Size(), took)
 	held.Close()
+	if l := readLayout(t, snap); l.CPU != cpuTCG {
+		t.Errorf("snapshot layout CPU = %q, want %q", l.CPU, cpuTCG)
+	}
 
 	// The original goes on from where it was.
 	if err := m.Resume(ctx); err != nil {
@@ -168,6 +174,20 @@ func TestSnapshotRestore(t *testing.T) {
 	if err := machines[0].Snapshot(ctx, snap2); err != nil {
 		t.Fatal(err)
 	}
+	// A snapshot from before layouts named the CPU restores on the CPU
+	// TCG guests booted on then.
+	l := readLayout(t, snap2)
+	if l.CPU != cpuTCG {
+		t.Errorf("a restore's snapshot layout CPU = %q, want %q", l.CPU, cpuTCG)
+	}
+	l.CPU = ""
+	b, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(snap2, layoutFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	again, err := drv.Restore(ctx, vmConfig(t, env, "snap-again"), snap2)
 	if err != nil {
 		t.Fatal(err)
@@ -175,6 +195,13 @@ func TestSnapshotRestore(t *testing.T) {
 	t.Cleanup(func() { stopVM(again) })
 	if r := say(t, ctx, again, "incr"); r != "count 5" {
 		t.Errorf("restore of a restore: %q, want count 5", r)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", again.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := argAfter(strings.Split(string(cmdline), "\x00"), "-cpu"); !slices.Equal(got, []string{cpuTCGLegacy}) {
+		t.Errorf("restore of a layout without a CPU: -cpu %q, want %q", got, cpuTCGLegacy)
 	}
 }
 
