@@ -102,7 +102,9 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := qemu.New(qemu.Options{})
+	// As the daemon boots kernels: through their PVH entry where they
+	// have one.
+	drv := qemu.New(qemu.Options{KernelCache: t.TempDir()})
 	version, err := drv.Version(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -68,36 +68,46 @@ func buildInitramfs(ctx context.Context, agentPath string, mods []Module, cacheD
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
 	}
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return "", fmt.Errorf("create initramfs cache: %w", err)
-	}
-	tmp, err := os.CreateTemp(cacheDir, ".initramfs-*.tmp")
+	err = installCacheFile(cacheDir, dst, ".initramfs-*.tmp", func(f *os.File) error {
+		return writeInitramfs(ctx, f, agentPath, mods, compress)
+	})
 	if err != nil {
-		return "", fmt.Errorf("create initramfs: %w", err)
+		return "", fmt.Errorf("write initramfs: %w", err)
+	}
+	return dst, nil
+}
+
+// installCacheFile writes dst in cacheDir (created if missing) through
+// write, atomically: a temporary file, synced, made world-readable (VMMs
+// run as another user) and renamed into place.
+func installCacheFile(cacheDir, dst, pattern string, write func(*os.File) error) error {
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", cacheDir, err)
+	}
+	tmp, err := os.CreateTemp(cacheDir, pattern)
+	if err != nil {
+		return err
 	}
 	// Removing after a successful rename fails harmlessly.
 	defer os.Remove(tmp.Name())
-	if err := writeInitramfs(ctx, tmp, agentPath, mods, compress); err != nil {
+	if err := write(tmp); err != nil {
 		tmp.Close()
-		return "", fmt.Errorf("write initramfs: %w", err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return "", fmt.Errorf("sync initramfs: %w", err)
+		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("close initramfs: %w", err)
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
 	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return "", fmt.Errorf("chmod initramfs: %w", err)
+		return err
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return "", fmt.Errorf("install initramfs: %w", err)
+		return fmt.Errorf("install %s: %w", dst, err)
 	}
-	if err := syncDir(cacheDir); err != nil {
-		return "", err
-	}
-	return dst, nil
+	return syncDir(cacheDir)
 }
 
 func syncDir(dir string) error {

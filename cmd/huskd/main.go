@@ -72,7 +72,7 @@ func run(parent context.Context, cfg Config) error {
 	if err := checkVMM(cfg.VMM, host); err != nil {
 		return err
 	}
-	qemuDriver := newQEMU(logger)
+	qemuDriver := newQEMU(logger, filepath.Join(cfg.Root, "kernel"))
 	k, err := kernel.Find(cfg.Kernel)
 	if err != nil {
 		return fmt.Errorf("guest kernel: %w", err)

@@ -57,7 +57,8 @@ func pickVMM(name string, host vmmselect.Host, choice accel.Choice, qemuDriver v
 	return ch, d, nil
 }
 
-// newQEMU is the QEMU driver, also used for calibration boots.
-func newQEMU(logger *slog.Logger) vmm.Driver {
-	return qemu.New(qemu.Options{Logger: logger})
+// newQEMU is the QEMU driver, also used for calibration boots. It boots
+// kernels through their PVH entry, from ELFs it keeps in kernelCache.
+func newQEMU(logger *slog.Logger, kernelCache string) vmm.Driver {
+	return qemu.New(qemu.Options{Logger: logger, KernelCache: kernelCache})
 }

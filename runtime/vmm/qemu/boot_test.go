@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -297,4 +298,45 @@ func eventuallyUID(t *testing.T, pid int, uid string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("QEMU runs with real uid %s, want %s (nobody)", last, uid)
+}
+
+// TestPVHBoot boots the host's kernel through its PVH entry, from the ELF
+// the driver extracts into its kernel cache, and boots a file that is not
+// a bzImage as it is.
+func TestPVHBoot(t *testing.T) {
+	env := needBoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cache := t.TempDir()
+	drv := New(Options{Binary: env.qemu, KernelCache: cache})
+	elfPath, err := drv.bootKernel(ctx, env.kernel.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(elfPath) != cache {
+		t.Skipf("%s boots as a bzImage (%s)", env.kernel.Path, elfPath)
+	}
+	m, err := drv.Start(ctx, vmConfig(t, env, "pvh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(m) })
+	if r := say(t, ctx, m, "ping"); r != "pong" {
+		t.Errorf("guest booted through PVH answered %q, want pong", r)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", m.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := argAfter(strings.Split(string(cmdline), "\x00"), "-kernel"); !slices.Equal(got, []string{elfPath}) {
+		t.Errorf("-kernel %q, want the extracted %s", got, elfPath)
+	}
+
+	notBz := filepath.Join(t.TempDir(), "vmlinux")
+	if err := os.WriteFile(notBz, []byte("\x7fELF not really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := drv.bootKernel(ctx, notBz); err != nil || got != notBz {
+		t.Errorf("boot file for a non-bzImage: %q, %v; want it as it is", got, err)
+	}
 }

@@ -61,6 +61,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 	"github.com/husk-vm/husk/shim/proto"
@@ -122,6 +123,10 @@ type Options struct {
 	// 0 means DefaultTBSizeMiB; -1 leaves QEMU's own default (1 GiB in
 	// QEMU 7.2).
 	TBSizeMiB int
+	// KernelCache is where the driver keeps the uncompressed kernels it
+	// boots through their PVH entry (kernel.ExtractPVH) in place of the
+	// bzImages it is given; empty boots images as given.
+	KernelCache string
 }
 
 // DefaultTBSizeMiB is TCG's translation buffer per VM. QEMU 7.2 reserves
@@ -137,18 +142,32 @@ const DefaultTBSizeMiB = 64
 
 // Driver starts QEMU VMs.
 type Driver struct {
-	binary  string
-	machine string
-	runAs   string
-	tbMiB   int
-	log     *slog.Logger
+	binary      string
+	machine     string
+	runAs       string
+	tbMiB       int
+	kernelCache string
+	log         *slog.Logger
+
+	// bootMu guards boot: which file boots each kernel image, decided
+	// once per image (by path, size and modification time).
+	bootMu sync.Mutex
+	boot   map[kernelFile]string
+}
+
+// kernelFile identifies a kernel image on disk.
+type kernelFile struct {
+	path  string
+	size  int64
+	mtime time.Time
 }
 
 var _ vmm.Driver = (*Driver)(nil)
 
 // New returns a QEMU driver.
 func New(opts Options) *Driver {
-	d := &Driver{binary: opts.Binary, machine: opts.Machine, runAs: opts.RunAs, tbMiB: opts.TBSizeMiB, log: opts.Logger}
+	d := &Driver{binary: opts.Binary, machine: opts.Machine, runAs: opts.RunAs, tbMiB: opts.TBSizeMiB,
+		kernelCache: opts.KernelCache, log: opts.Logger, boot: map[kernelFile]string{}}
 	if d.tbMiB == 0 {
 		d.tbMiB = DefaultTBSizeMiB
 	}
@@ -239,6 +258,11 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 		return nil, fmt.Errorf("start vm %s: QEMU %d already runs in %s: %w", cfg.ID, pid, dir, errdefs.ErrConflict)
 	}
 	spec.machine, spec.runAs, spec.tbMiB = d.machine, d.runAs, d.tbMiB
+	if !spec.incoming {
+		if spec.kernel, err = d.bootKernel(ctx, cfg.Kernel); err != nil {
+			return nil, fmt.Errorf("start vm %s: %w", cfg.ID, err)
+		}
+	}
 	if spec.cpu == "" {
 		spec.cpu = cpuModel(cfg.Accel)
 	}
@@ -409,6 +433,39 @@ type argSpec struct {
 	memory memorySpec
 	// cpu is the -cpu model; "" is cpuModel(cfg.Accel).
 	cpu string
+	// kernel is the file QEMU boots for cfg.Kernel; "" is cfg.Kernel.
+	kernel string
+}
+
+// bootKernel is the file QEMU boots for the kernel image at path: its
+// uncompressed ELF when the driver has a kernel cache and the kernel has a
+// PVH entry, else the image itself (logged once per image).
+func (d *Driver) bootKernel(ctx context.Context, path string) (string, error) {
+	if d.kernelCache == "" {
+		return path, nil
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("guest kernel: %w", err)
+	}
+	key := kernelFile{path: path, size: st.Size(), mtime: st.ModTime()}
+	d.bootMu.Lock()
+	defer d.bootMu.Unlock()
+	if f, ok := d.boot[key]; ok {
+		return f, nil
+	}
+	f, err := kernel.ExtractPVH(ctx, path, d.kernelCache)
+	switch {
+	case errors.Is(err, kernel.ErrNoPVH):
+		d.log.Info("booting the kernel image as it is", "kernel", path, "reason", err)
+		f = path
+	case err != nil:
+		return "", err
+	default:
+		d.log.Debug("booting the kernel through its PVH entry", "kernel", path, "elf", f)
+	}
+	d.boot[key] = f
+	return f, nil
 }
 
 // cpuModel is the CPU a VM boots on under accel.
@@ -451,7 +508,11 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 		}
 		return a, nil
 	}
-	kernel, err := abs(cfg.Kernel)
+	bootFile := spec.kernel
+	if bootFile == "" {
+		bootFile = cfg.Kernel
+	}
+	kernelPath, err := abs(bootFile)
 	if err != nil {
 		return nil, err
 	}
@@ -512,7 +573,7 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	if spec.incoming {
 		args = append(args, "-incoming", "defer")
 	} else {
-		args = append(args, "-kernel", kernel, "-initrd", initrd, "-append", cmdline)
+		args = append(args, "-kernel", kernelPath, "-initrd", initrd, "-append", cmdline)
 	}
 	args = append(args,
 		"-chardev", "file,id=console,path="+consoleLog,
