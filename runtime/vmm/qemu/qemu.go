@@ -1,6 +1,8 @@
 // Package qemu is the vmm.Driver for QEMU (qemu-system-x86_64).
 //
-// Each VM is one QEMU process with direct kernel boot, its disks as SCSI
+// Each VM is one QEMU process with direct kernel boot (through the
+// kernel's PVH entry when Options.KernelCache is set and the kernel has
+// one: see bootKernel), its disks as SCSI
 // disks on a virtio-scsi controller (virtio-blk on microvm, which has no
 // PCI to hot-plug into anyway), and the agent channel as a virtio-serial port named
 // proto.PortName backed by a unix-socket chardev. The machine is the
