@@ -61,6 +61,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 	"github.com/husk-vm/husk/shim/proto"
@@ -81,8 +82,9 @@ const (
 const Name = "cloud-hypervisor"
 
 // baseCmdline puts the console on the serial port and reboots at once on
-// a panic (see the package doc for what cloud-hypervisor makes of that).
-const baseCmdline = "console=ttyS0 panic=-1 quiet"
+// a panic (see the package doc for what cloud-hypervisor makes of that),
+// then has what every husk guest boots with.
+const baseCmdline = "console=ttyS0 panic=-1 quiet " + kernel.BootArgs
 
 // guestCID is the guest's vsock CID. Each VM has its own hybrid-vsock
 // device with no host vsock behind it, so every guest can use the first
@@ -301,7 +303,7 @@ func (d *Driver) vmConfig(cfg vmm.Config) (*VmConfig, error) {
 		}
 		return a, nil
 	}
-	kernel, err := abs(cfg.Kernel)
+	kernelPath, err := abs(cfg.Kernel)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +323,7 @@ func (d *Driver) vmConfig(cfg vmm.Config) (*VmConfig, error) {
 	vc := &VmConfig{
 		CPUs:    &CpusConfig{BootVCPUs: cpus, MaxVCPUs: max(cpus, d.opts.MaxCPUs)},
 		Memory:  &MemoryConfig{Size: int64(mem) << 20, HotplugSize: int64(d.opts.MemoryHotplugMiB) << 20},
-		Payload: PayloadConfig{Kernel: kernel, Initramfs: initrd, Cmdline: cmdline},
+		Payload: PayloadConfig{Kernel: kernelPath, Initramfs: initrd, Cmdline: cmdline},
 		Rng:     &RngConfig{Src: "/dev/urandom"},
 		Serial:  &SerialConfig{Mode: ModeFile, File: consoleLog},
 		Console: &ConsoleConfig{Mode: ModeOff},

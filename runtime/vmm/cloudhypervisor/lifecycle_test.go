@@ -201,7 +201,7 @@ func TestLifecycle(t *testing.T) {
 	if c.Serial == nil || c.Serial.Mode != ModeFile || c.Serial.File != consoleLog || c.Console == nil || c.Console.Mode != ModeOff {
 		t.Errorf("serial %+v console %+v", c.Serial, c.Console)
 	}
-	if c.Payload.Kernel != f.kernel || !strings.HasPrefix(c.Payload.Cmdline, "console=ttyS0") {
+	if c.Payload.Kernel != f.kernel || !strings.HasPrefix(c.Payload.Cmdline, "console=ttyS0") || !strings.Contains(c.Payload.Cmdline, " cryptomgr.notests") {
 		t.Errorf("payload %+v", c.Payload)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, consoleLog)); err != nil || !strings.Contains(string(b), "fake guest up") {

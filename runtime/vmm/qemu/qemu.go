@@ -80,8 +80,9 @@ const (
 
 // baseCmdline is what the driver needs on the kernel command line:
 // the console on the serial port, and an immediate reboot on panic, which
-// -no-reboot turns into QEMU exiting so a crashed guest does not linger.
-const baseCmdline = "console=ttyS0 panic=-1 quiet"
+// -no-reboot turns into QEMU exiting so a crashed guest does not linger;
+// then what every husk guest boots with.
+const baseCmdline = "console=ttyS0 panic=-1 quiet " + kernel.BootArgs
 
 // defaultMemoryMiB is the guest's memory when Config.MemoryMiB is 0.
 const defaultMemoryMiB = 256
