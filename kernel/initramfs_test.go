@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"io"
 	"os"
 	"path/filepath"
@@ -281,5 +282,35 @@ func TestInitramfsHostKernel(t *testing.T) {
 		if !bytes.HasPrefix(e.data, []byte("\x7fELF")) {
 			t.Errorf("module %s is not an ELF object", m.Name)
 		}
+		if bytes.HasSuffix(e.data, []byte(moduleSigMagic)) {
+			t.Errorf("module %s still carries its signature", m.Name)
+		}
+	}
+}
+
+func TestStripModuleSignature(t *testing.T) {
+	module := []byte("\x7fELF module code")
+	signed := func(sig []byte, sigLen uint32) []byte {
+		b := append(bytes.Clone(module), sig...)
+		info := make([]byte, 12)
+		binary.BigEndian.PutUint32(info[8:], sigLen)
+		return append(append(b, info...), moduleSigMagic...)
+	}
+	cases := []struct {
+		name string
+		in   []byte
+		want []byte
+	}{
+		{"signed", signed([]byte("PKCS#7 signature"), 16), module},
+		{"unsigned", module, module},
+		{"signature longer than the file", signed([]byte("sig"), 1<<20), signed([]byte("sig"), 1<<20)},
+		{"only the magic", []byte(moduleSigMagic), []byte(moduleSigMagic)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := stripModuleSignature(c.in); !bytes.Equal(got, c.want) {
+				t.Errorf("got %q, want %q", got, c.want)
+			}
+		})
 	}
 }
