@@ -365,31 +365,35 @@ func TestQEMUArgsShares(t *testing.T) {
 	}
 }
 
-// A restore boots on the CPU its snapshot's guest booted on, whatever the
-// driver's model is now: layouts that name none are of TCG guests on
-// plain "max".
-func TestRestoreCPU(t *testing.T) {
+// A restore boots on the CPU and firmware its snapshot's guest booted on,
+// whatever the driver's are now: layouts that name none are of TCG guests
+// on plain "max" and SeaBIOS.
+func TestRestoreArgsFromLayout(t *testing.T) {
 	cfg := vmm.Config{ID: "c1", Dir: t.TempDir(), Kernel: "/boot/vmlinuz", Initramfs: "/i.cpio"}
 	cases := []struct {
-		name    string
-		layout  layout
-		wantCPU string
+		name         string
+		layout       layout
+		wantCPU      string
+		wantFirmware []string
 	}{
-		{"recorded", layout{Accel: "tcg", CPU: "max,erms=off"}, "max,erms=off"},
-		{"recorded other", layout{Accel: "tcg", CPU: "qemu64"}, "qemu64"},
-		{"before CPUs were recorded", layout{Accel: "tcg"}, "max"},
-		{"kvm before CPUs were recorded", layout{Accel: "kvm"}, "host"},
+		{"recorded", layout{Accel: "tcg", CPU: "max,erms=off", Firmware: "qboot.rom"}, "max,erms=off", []string{"qboot.rom"}},
+		{"recorded other", layout{Accel: "tcg", CPU: "qemu64"}, "qemu64", nil},
+		{"before CPUs were recorded", layout{Accel: "tcg"}, "max", nil},
+		{"kvm before CPUs were recorded", layout{Accel: "kvm"}, "host", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := cfg
 			cfg.Accel = c.layout.Accel
-			args, err := qemuArgs(argSpec{machine: MachinePC, incoming: true, cpu: c.layout.cpu()}, cfg)
+			args, err := qemuArgs(argSpec{machine: MachinePC, incoming: true, cpu: c.layout.cpu(), firmware: c.layout.Firmware}, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{c.wantCPU}) {
 				t.Errorf("-cpu = %q, want %q", got, c.wantCPU)
+			}
+			if got := argAfter(args, "-bios"); !slices.Equal(got, c.wantFirmware) {
+				t.Errorf("-bios = %q, want %q", got, c.wantFirmware)
 			}
 		})
 	}

@@ -78,6 +78,10 @@ type layout struct {
 	// code paths by that CPU's features. Layouts written before it was
 	// recorded are of TCG guests on cpuTCGLegacy (or KVM guests on host).
 	CPU string `json:"cpu,omitempty"`
+	// Firmware is the -bios file the VM booted with ("" QEMU's default,
+	// which layouts written before it was recorded all had); its ROM is
+	// migrated state, so restores boot the same.
+	Firmware string `json:"firmware,omitempty"`
 }
 
 // cpu is the CPU model a restore of the layout's VM needs.
@@ -378,7 +382,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		}
 	}
 	t0 := time.Now()
-	m, err := d.launch(ctx, cfg, argSpec{netSlots: want.netSlots(), incoming: true, memory: mem, cpu: want.cpu()})
+	m, err := d.launch(ctx, cfg, argSpec{netSlots: want.netSlots(), incoming: true, memory: mem, cpu: want.cpu(), firmware: want.Firmware})
 	if err != nil {
 		return nil, err
 	}

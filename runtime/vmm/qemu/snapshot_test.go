@@ -138,8 +138,8 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	t.Logf("snapshot of a %d MiB guest: %d bytes in %v", src.MemoryMiB, st.Size(), took)
 	held.Close()
-	if l := readLayout(t, snap); l.CPU != cpuTCG {
-		t.Errorf("snapshot layout CPU = %q, want %q", l.CPU, cpuTCG)
+	if l := readLayout(t, snap); l.CPU != cpuTCG || l.Firmware != drv.bootFirmware(ctx) {
+		t.Errorf("snapshot layout CPU %q, firmware %q; want %q, %q", l.CPU, l.Firmware, cpuTCG, drv.bootFirmware(ctx))
 	}
 
 	// The original goes on from where it was.
@@ -200,8 +200,12 @@ func TestSnapshotRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := argAfter(strings.Split(string(cmdline), "\x00"), "-cpu"); !slices.Equal(got, []string{cpuTCGLegacy}) {
+	args := strings.Split(string(cmdline), "\x00")
+	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{cpuTCGLegacy}) {
 		t.Errorf("restore of a layout without a CPU: -cpu %q, want %q", got, cpuTCGLegacy)
+	}
+	if f := drv.bootFirmware(ctx); f != "" && !slices.Equal(argAfter(args, "-bios"), []string{f}) {
+		t.Errorf("restore: -bios %q, want the snapshot's %q", argAfter(args, "-bios"), f)
 	}
 }
 
