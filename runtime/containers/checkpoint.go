@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/google/renameio/v2"
 	"github.com/moby/moby/api/types/checkpoint"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/events"
@@ -40,6 +41,12 @@ const (
 	// checkpointExitCode is how a container stopped by a checkpoint
 	// exits: its VM is killed, as CRIU kills a checkpointed task.
 	checkpointExitCode = 137
+
+	// checkpointExitFile, in a container's directory, says a checkpoint
+	// is stopping the container: it is written before the VM is killed
+	// and removed once the exit is recorded, so a daemon killed in
+	// between finds the container exited by its checkpoint, not lost.
+	checkpointExitFile = "checkpoint-exit"
 	// maxForks bounds one Fork call.
 	maxForks = 64
 	// restoreStaging and restorePrevious are the upper disk's names while
@@ -112,6 +119,9 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 		return nil
 	}
 	r.checkpointed.Store(true)
+	if err := renameio.WriteFile(filepath.Join(c.dir, checkpointExitFile), []byte(man.Name+"\n"), 0o600); err != nil {
+		m.log.Error("record the checkpoint's stop", "id", c.rec.ID[:12], "err", err)
+	}
 	killErr := r.machine.Kill()
 	c.mu.Unlock()
 	if killErr != nil {

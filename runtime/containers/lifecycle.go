@@ -385,6 +385,8 @@ func (c *ctr) monitor(r *run) {
 	c.rec.State.FinishedAt = time.Now().UTC().Format(time.RFC3339Nano)
 	if err := c.save(); err != nil {
 		c.m.log.Error("persist exit", "id", c.rec.ID[:12], "err", err)
+	} else if r.checkpointed.Load() {
+		c.dropCheckpointExitNote()
 	}
 	c.run = nil
 	c.notifyExit(code, errMsg)
@@ -763,17 +765,40 @@ func (m *Manager) Restore(ctx context.Context) {
 					// was away only until it notices; make sure.
 					m.findShares(c.rec.VMDir).kill(m.log)
 				}
-				c.rec.State = container.State{Status: container.StateExited, ExitCode: 255,
-					StartedAt: c.rec.State.StartedAt, FinishedAt: time.Now().UTC().Format(time.RFC3339Nano),
-					Error: "the VM did not survive the daemon restart"}
+				c.rec.State = lostState(c.dir, c.rec.State.StartedAt)
 				if err := c.save(); err != nil {
 					m.log.Error("persist restored state", "id", c.rec.ID[:12], "err", err)
+					c.mu.Unlock()
+					continue
 				}
 			}
+			// Recorded, or the VM runs on: the checkpoint did not stop it.
+			c.dropCheckpointExitNote()
 		}
 		c.mu.Unlock()
 	}
 	m.restartOnBoot()
+}
+
+// lostState is the state of a container whose VM is gone after a daemon
+// restart: exited by the checkpoint that was stopping it when the daemon
+// died (checkpointExitFile), else lost.
+func lostState(dir, startedAt string) container.State {
+	st := container.State{Status: container.StateExited, ExitCode: 255,
+		StartedAt: startedAt, FinishedAt: time.Now().UTC().Format(time.RFC3339Nano),
+		Error: "the VM did not survive the daemon restart"}
+	if _, err := os.Stat(filepath.Join(dir, checkpointExitFile)); err == nil {
+		st.ExitCode, st.Error = checkpointExitCode, ""
+	}
+	return st
+}
+
+// dropCheckpointExitNote drops the note that a checkpoint was stopping
+// the container, once its exit is on record or its VM found running.
+func (c *ctr) dropCheckpointExitNote() {
+	if err := os.Remove(filepath.Join(c.dir, checkpointExitFile)); err != nil && !os.IsNotExist(err) {
+		c.m.log.Warn("remove checkpoint stop note", "id", c.rec.ID[:12], "err", err)
+	}
 }
 
 // reattach is Restore for one container. Callers hold c.mu.
