@@ -52,16 +52,13 @@ const xenNotePhys32Entry = 18
 // reused from there. It fails with ErrNoPVH when the image is not a
 // bzImage, or its kernel has no PVH entry or is compressed in a way it
 // does not read (xz with the x86 BCJ filter, bzip2, lzma, lzo): the image
-// then boots as it is. ELFs of
-// other kernels in cacheDir are removed.
+// then boots as it is.
 func ExtractPVH(ctx context.Context, path, cacheDir string) (string, error) {
 	img, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read kernel image: %w", err)
 	}
-	sum := sha256.Sum256(img)
-	name := "vmlinux-" + hex.EncodeToString(sum[:16])
-	dst := filepath.Join(cacheDir, name)
+	dst := filepath.Join(cacheDir, pvhName(img))
 	if _, err := os.Stat(dst); err == nil {
 		return dst, nil
 	}
@@ -87,13 +84,39 @@ func ExtractPVH(ctx context.Context, path, cacheDir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("write uncompressed kernel: %w", err)
 	}
-	stale, _ := filepath.Glob(filepath.Join(cacheDir, "vmlinux-*"))
-	for _, s := range stale {
-		if filepath.Base(s) != name {
-			os.Remove(s)
+	return dst, nil
+}
+
+// pvhName names the ELF extracted from the bzImage img.
+func pvhName(img []byte) string {
+	sum := sha256.Sum256(img)
+	return "vmlinux-" + hex.EncodeToString(sum[:16])
+}
+
+// PrunePVH removes the ELFs ExtractPVH left in cacheDir for kernel images
+// other than keep.
+func PrunePVH(cacheDir string, keep ...string) error {
+	names := map[string]bool{}
+	for _, k := range keep {
+		img, err := os.ReadFile(k)
+		if err != nil {
+			return fmt.Errorf("read kernel image: %w", err)
+		}
+		names[pvhName(img)] = true
+	}
+	all, err := filepath.Glob(filepath.Join(cacheDir, "vmlinux-*"))
+	if err != nil {
+		return err
+	}
+	for _, f := range all {
+		if names[filepath.Base(f)] {
+			continue
+		}
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("prune uncompressed kernels: %w", err)
 		}
 	}
-	return dst, nil
+	return nil
 }
 
 // bzImagePayload is the compressed kernel inside a bzImage.

@@ -171,7 +171,8 @@ func TestExtractPVH(t *testing.T) {
 }
 
 // TestExtractPVHCache checks that an extracted kernel is reused rather
-// than written again, and that another kernel's replaces it.
+// than written again, that two kernels each keep their own, and that
+// PrunePVH removes all but those it is told to keep.
 func TestExtractPVHCache(t *testing.T) {
 	dir := t.TempDir()
 	cache := filepath.Join(dir, "cache")
@@ -207,8 +208,19 @@ func TestExtractPVHCache(t *testing.T) {
 	if got2 == got1 {
 		t.Fatal("two kernels extracted to one file")
 	}
+	for _, p := range []string{got1, got2} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("after extracting both kernels: %v", err)
+		}
+	}
+	if err := PrunePVH(cache, second); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(got1); !os.IsNotExist(err) {
-		t.Errorf("the first kernel's ELF is still there (%v)", err)
+		t.Errorf("the first kernel's ELF outlived the prune (%v)", err)
+	}
+	if _, err := os.Stat(got2); err != nil {
+		t.Errorf("the kept kernel's ELF: %v", err)
 	}
 }
 

@@ -77,6 +77,11 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("guest kernel: %w", err)
 	}
+	// The QEMU driver extracts this kernel's ELF there when it first boots
+	// it; those of earlier kernels go.
+	if err := kernel.PrunePVH(filepath.Join(cfg.Root, "kernel"), k.Path); err != nil {
+		logger.Warn("prune uncompressed kernels", "err", err)
+	}
 	agent, err := findAgent(cfg.Agent)
 	if err != nil {
 		return err
