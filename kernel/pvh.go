@@ -70,19 +70,16 @@ func ExtractPVH(ctx context.Context, path, cacheDir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("kernel image %s: %w", path, err)
 	}
-	vmlinux, err := decompressPayload(ctx, payload)
-	if err != nil {
-		return "", fmt.Errorf("kernel image %s: %w", path, err)
-	}
-	if err := checkPVH(vmlinux); err != nil {
-		return "", fmt.Errorf("kernel image %s: %w", path, err)
-	}
+	// Decompressed straight into the cache's temporary file, checked
+	// there, and put in place only if it boots through PVH.
 	err = installCacheFile(cacheDir, dst, ".vmlinux-*.tmp", func(f *os.File) error {
-		_, err := f.Write(vmlinux)
-		return err
+		if err := decompressPayload(ctx, f, payload); err != nil {
+			return err
+		}
+		return checkPVH(f)
 	})
 	if err != nil {
-		return "", fmt.Errorf("write uncompressed kernel: %w", err)
+		return "", fmt.Errorf("kernel image %s: %w", path, err)
 	}
 	return dst, nil
 }
@@ -144,7 +141,7 @@ func bzImagePayload(img []byte) ([]byte, error) {
 
 // decompressPayload reads the formats a kernel's build may use, by their
 // magic numbers.
-func decompressPayload(ctx context.Context, p []byte) ([]byte, error) {
+func decompressPayload(ctx context.Context, w io.Writer, p []byte) error {
 	var r io.Reader
 	var err error
 	switch {
@@ -164,20 +161,19 @@ func decompressPayload(ctx context.Context, p []byte) ([]byte, error) {
 	case bytes.HasPrefix(p, []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}):
 		r, err = xz.NewReader(bytes.NewReader(p))
 	default:
-		return nil, fmt.Errorf("kernel compressed in an unsupported format (magic % x): %w", p[:min(len(p), 4)], ErrNoPVH)
+		return fmt.Errorf("kernel compressed in an unsupported format (magic % x): %w", p[:min(len(p), 4)], ErrNoPVH)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open compressed kernel: %w (%w)", err, ErrNoPVH)
+		return fmt.Errorf("open compressed kernel: %w (%w)", err, ErrNoPVH)
 	}
-	var out bytes.Buffer
-	n, err := io.Copy(&out, io.LimitReader(ctxReader{ctx, r}, maxVmlinux+1))
+	n, err := io.Copy(w, io.LimitReader(ctxReader{ctx, r}, maxVmlinux+1))
 	if err != nil {
-		return nil, fmt.Errorf("decompress kernel: %w (%w)", err, ErrNoPVH)
+		return fmt.Errorf("decompress kernel: %w (%w)", err, ErrNoPVH)
 	}
 	if n > maxVmlinux {
-		return nil, fmt.Errorf("kernel decompresses to more than %d MiB: %w", maxVmlinux>>20, ErrNoPVH)
+		return fmt.Errorf("kernel decompresses to more than %d MiB: %w", maxVmlinux>>20, ErrNoPVH)
 	}
-	return out.Bytes(), nil
+	return nil
 }
 
 // ctxReader stops a long read when ctx ends.
@@ -193,9 +189,9 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-// checkPVH checks that b is an x86-64 ELF with a PVH entry note.
-func checkPVH(b []byte) error {
-	f, err := elf.NewFile(bytes.NewReader(b))
+// checkPVH checks that r is an x86-64 ELF with a PVH entry note.
+func checkPVH(r io.ReaderAt) error {
+	f, err := elf.NewFile(r)
 	if err != nil {
 		return fmt.Errorf("uncompressed kernel is not an ELF: %w (%w)", err, ErrNoPVH)
 	}
