@@ -324,11 +324,7 @@ func TestPVHBoot(t *testing.T) {
 	if r := say(t, ctx, m, "ping"); r != "pong" {
 		t.Errorf("guest booted through PVH answered %q, want pong", r)
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", m.PID()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := argAfter(strings.Split(string(cmdline), "\x00"), "-kernel"); !slices.Equal(got, []string{elfPath}) {
+	if got := argAfter(qemuCommandLine(t, m), "-kernel"); !slices.Equal(got, []string{elfPath}) {
 		t.Errorf("-kernel %q, want the extracted %s", got, elfPath)
 	}
 
@@ -339,4 +335,14 @@ func TestPVHBoot(t *testing.T) {
 	if got, err := drv.bootKernel(ctx, notBz); err != nil || got != notBz {
 		t.Errorf("boot file for a non-bzImage: %q, %v; want it as it is", got, err)
 	}
+}
+
+// qemuCommandLine is the arguments m's QEMU runs with.
+func qemuCommandLine(t *testing.T, m vmm.Machine) []string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", m.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 }

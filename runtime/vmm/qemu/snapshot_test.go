@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -196,11 +195,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if r := say(t, ctx, again, "incr"); r != "count 5" {
 		t.Errorf("restore of a restore: %q, want count 5", r)
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", again.PID()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := strings.Split(string(cmdline), "\x00")
+	args := qemuCommandLine(t, again)
 	if got := argAfter(args, "-cpu"); !slices.Equal(got, []string{cpuTCGLegacy}) {
 		t.Errorf("restore of a layout without a CPU: -cpu %q, want %q", got, cpuTCGLegacy)
 	}
