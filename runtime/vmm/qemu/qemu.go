@@ -570,18 +570,18 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	}
 	mem := memoryMiB(cfg)
 	cpus := max(cfg.CPUs, 1)
-	tcg := "tcg"
+	accelOpt := "tcg"
 	if spec.tbMiB > 0 {
-		tcg += ",tb-size=" + strconv.Itoa(spec.tbMiB)
+		accelOpt += ",tb-size=" + strconv.Itoa(spec.tbMiB)
+	}
+	if cfg.Accel == "kvm" {
+		accelOpt = "kvm"
 	}
 	cpu := spec.cpu
 	if cpu == "" {
 		cpu = cpuModel(cfg.Accel)
 	}
-	accel := []string{"-accel", tcg, "-cpu", cpu}
-	if cfg.Accel == "kvm" {
-		accel = []string{"-accel", "kvm", "-cpu", cpu}
-	}
+	accel := []string{"-accel", accelOpt, "-cpu", cpu}
 	cmdline := baseCmdline
 	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
 		cmdline += " " + c
