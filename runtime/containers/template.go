@@ -83,5 +83,10 @@ func (c *ctr) startContainerVM(ctx context.Context, spec vmSpec, setup *proto.Se
 			m.log.Warn("booting cold: template start failed", "id", spec.id, "err", err)
 		}
 	}
-	return g.startVM(ctx, spec)
+	start := time.Now()
+	machine, client, err := g.startVM(ctx, spec)
+	if err == nil {
+		m.log.Debug("container VM booted", "id", spec.id, "took", time.Since(start))
+	}
+	return machine, client, err
 }
