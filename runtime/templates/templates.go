@@ -414,9 +414,19 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	if err != nil {
 		return meta{}, fmt.Errorf("boot template: %w (console log: %s)", err, filepath.Join(runDir, "console.log"))
 	}
-	// The session is closed before the snapshot; every restore opens its
-	// own, and the agent drops the stale one.
+	// Every restore opens a session of its own, so the template is
+	// snapshotted with none: its agent parked at the start of a session.
+	// A yamux session restored with it would first have to fail on the
+	// next host's hello ("invalid protocol version") and unwind, in every
+	// VM started from the template.
 	_ = client.Close()
+	parkCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
+	parked, err := park(parkCtx, machine)
+	cancel()
+	if err != nil {
+		return meta{}, fmt.Errorf("boot template: %w", err)
+	}
+	defer parked.Close()
 	if err := machine.Pause(ctx); err != nil {
 		return meta{}, fmt.Errorf("pause template: %w", err)
 	}
@@ -555,6 +565,21 @@ func connect(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// park leaves the VM's agent waiting at the start of a session
+// (host.Park) and returns the connection that parked it, to be closed only
+// once the VM is paused.
+func park(ctx context.Context, machine vmm.Machine) (net.Conn, error) {
+	conn, err := machine.DialAgent(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("park agent: %w", err)
+	}
+	if err := host.Park(ctx, conn); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // discard kills a VM and removes what its driver made; it is idempotent.

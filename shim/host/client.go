@@ -51,14 +51,40 @@ type Client struct {
 // (proto.OpenSession, then yamux) runs in the background, since the agent
 // may still be booting, and requests wait for it within their contexts.
 func New(conn net.Conn) (*Client, error) {
-	nonce := make([]byte, 8)
-	if _, err := rand.Read(nonce); err != nil {
-		return nil, fmt.Errorf("make session nonce: %w", err)
+	nonce, err := sessionNonce()
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{conn: conn, cancel: cancel, ready: make(chan struct{}), procs: map[string]*Process{}}
-	go c.start(ctx, hex.EncodeToString(nonce))
+	go c.start(ctx, nonce)
 	return c, nil
+}
+
+// Park leaves the agent at conn waiting at the start of a session
+// (proto.ParkSession), with no session of its own: the state to snapshot a
+// VM in when every restore will open a session of its own. It does not
+// close conn; closing it before the VM is paused would let the guest see
+// the host go.
+func Park(ctx context.Context, conn net.Conn) error {
+	nonce, err := sessionNonce()
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if _, err := proto.ParkSession(ctx, conn, nonce); err != nil {
+		return fmt.Errorf("park agent: %w", err)
+	}
+	return nil
+}
+
+func sessionNonce() (string, error) {
+	nonce := make([]byte, 8)
+	if _, err := rand.Read(nonce); err != nil {
+		return "", fmt.Errorf("make session nonce: %w", err)
+	}
+	return hex.EncodeToString(nonce), nil
 }
 
 // sessionConn is conn with the bytes the session start read ahead.

@@ -26,6 +26,11 @@ import (
 //  3. The host skips anything before the matching READY (frames of the
 //     agent's stale session), stops repeating, writes "HUSK-GO <nonce>\n"
 //     and starts yamux; the agent starts yamux after the GO line.
+//
+// A host may stop after READY (ParkSession) and leave the agent waiting in
+// step 2, where the next host's hello is answered at once. A template is
+// snapshotted that way: a stale yamux session would otherwise be restored
+// with it, and every restore would first have to fail and unwind it.
 const (
 	FillerLen     = 8 << 10
 	HelloInterval = time.Second
@@ -109,6 +114,22 @@ func AcceptSession(rw io.ReadWriter) (io.Reader, error) {
 // answered, ctx ended, or rw failed; on ctx's end the caller must close rw
 // to stop the pending I/O.
 func OpenSession(ctx context.Context, rw io.ReadWriter, nonce string) (io.Reader, error) {
+	rest, err := ParkSession(ctx, rw, nonce)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.WriteString(rw, goWord+" "+nonce+"\n"); err != nil {
+		return nil, fmt.Errorf("send go to agent: %w", err)
+	}
+	return rest, nil
+}
+
+// ParkSession runs the host's side of the session start up to the agent's
+// READY and stops there: the agent is then waiting for a GO that never
+// comes, its previous session gone, and answers the next hello at once. It
+// returns the reader that holds what followed READY, and has the same
+// cancellation contract as OpenSession.
+func ParkSession(ctx context.Context, rw io.ReadWriter, nonce string) (io.Reader, error) {
 	preamble := append(bytes.Repeat([]byte{'\n'}, FillerLen), helloWord+" "+nonce+"\n"...)
 	stop := make(chan struct{})
 	writerDone := make(chan error, 1)
@@ -171,9 +192,6 @@ func OpenSession(ctx context.Context, rw io.ReadWriter, nonce string) (io.Reader
 	// No hello may follow the GO line.
 	if err := <-writerDone; err != nil {
 		return nil, fmt.Errorf("send hello to agent: %w", err)
-	}
-	if _, err := io.WriteString(rw, goWord+" "+nonce+"\n"); err != nil {
-		return nil, fmt.Errorf("send go to agent: %w", err)
 	}
 	return a.rest, nil
 }

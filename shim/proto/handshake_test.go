@@ -71,3 +71,40 @@ func TestLineScannerCutsGarbage(t *testing.T) {
 		t.Fatalf("at end: %v, want EOF", err)
 	}
 }
+
+// A parked agent (ParkSession) waits in the session start: the next host's
+// session is the one it starts yamux for, and nothing the parking host
+// sent reaches that session.
+func TestParkedAgentAnswersNextHost(t *testing.T) {
+	hostEnd, agentEnd := net.Pipe()
+	defer hostEnd.Close()
+	defer agentEnd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	agentDone := make(chan string, 1)
+	go func() {
+		rest, err := AcceptSession(agentEnd)
+		if err != nil {
+			agentDone <- "error: " + err.Error()
+			return
+		}
+		b := make([]byte, 5)
+		if _, err := io.ReadFull(rest, b); err != nil {
+			agentDone <- "error: " + err.Error()
+			return
+		}
+		agentDone <- string(b)
+	}()
+
+	if _, err := ParkSession(ctx, hostEnd, "parked"); err != nil {
+		t.Fatalf("ParkSession: %v", err)
+	}
+	if _, err := OpenSession(ctx, hostEnd, "next"); err != nil {
+		t.Fatalf("OpenSession after parking: %v", err)
+	}
+	go io.WriteString(hostEnd, "yamux")
+	if got := <-agentDone; got != "yamux" {
+		t.Fatalf("agent read %q after the next session's start, want \"yamux\"", got)
+	}
+}
