@@ -47,14 +47,42 @@ const cacheFormat = "husk-initramfs-2"
 // agentPath as /init and GuestModules(k) under /husk/modules. Results are
 // cached in cacheDir by content: the same agent bytes and the same module
 // files give the same file, which is built only when either changes.
-// Files of older builds are left in cacheDir; removing them is the
-// caller's choice.
+// Files of older builds are left in cacheDir; PruneInitramfs removes
+// them.
 func BuildInitramfs(ctx context.Context, k Kernel, agentPath, cacheDir string) (string, error) {
 	mods, err := GuestModules(k)
 	if err != nil {
 		return "", err
 	}
 	return buildInitramfs(ctx, agentPath, mods, cacheDir, compressInitramfs)
+}
+
+// PruneInitramfs removes from cacheDir every archive BuildInitramfs wrote
+// except those in keep. Each build of the agent gives a new archive, and
+// an old one is no use: a guest reads its initramfs only while it boots,
+// and checkpoints and templates of another initramfs are refused.
+func PruneInitramfs(cacheDir string, keep ...string) error {
+	kept := map[string]bool{}
+	for _, k := range keep {
+		kept[filepath.Clean(k)] = true
+	}
+	var all []string
+	for _, pattern := range []string{"initramfs-*.cpio", "initramfs-*.cpio.gz"} {
+		m, err := filepath.Glob(filepath.Join(cacheDir, pattern))
+		if err != nil {
+			return err
+		}
+		all = append(all, m...)
+	}
+	for _, f := range all {
+		if kept[filepath.Clean(f)] {
+			continue
+		}
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("prune initramfs archives: %w", err)
+		}
+	}
+	return nil
 }
 
 func buildInitramfs(ctx context.Context, agentPath string, mods []Module, cacheDir string, compress bool) (string, error) {

@@ -246,6 +246,25 @@ func TestInitramfsCache(t *testing.T) {
 	if len(leftovers) != 0 {
 		t.Errorf("temp files left in cache: %v", leftovers)
 	}
+
+	// A pruned cache holds the kept archive alone; other files stay.
+	other := filepath.Join(cache, "vmlinux-0123")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := PruneInitramfs(cache, third); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{first, second} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s outlived the prune (%v)", p, err)
+		}
+	}
+	for _, p := range []string{third, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("pruned what it was to keep: %v", err)
+		}
+	}
 }
 
 func TestInitramfsMissingAgent(t *testing.T) {

@@ -90,6 +90,9 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("build initramfs: %w", err)
 	}
+	if err := kernel.PruneInitramfs(filepath.Join(cfg.Root, "kernel"), initramfs); err != nil {
+		logger.Warn("prune initramfs archives", "err", err)
+	}
 	guest := containers.Guest{
 		Driver: qemuDriver, Kernel: k.Path, Initramfs: initramfs,
 		MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, UpperSize: cfg.UpperSize,
