@@ -73,7 +73,7 @@ func Park(ctx context.Context, conn net.Conn) error {
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	if _, err := proto.ParkSession(ctx, conn, nonce); err != nil {
+	if err := proto.ParkSession(ctx, conn, nonce); err != nil {
 		return fmt.Errorf("park agent: %w", err)
 	}
 	return nil

@@ -114,7 +114,7 @@ func AcceptSession(rw io.ReadWriter) (io.Reader, error) {
 // answered, ctx ended, or rw failed; on ctx's end the caller must close rw
 // to stop the pending I/O.
 func OpenSession(ctx context.Context, rw io.ReadWriter, nonce string) (io.Reader, error) {
-	rest, err := ParkSession(ctx, rw, nonce)
+	rest, err := hello(ctx, rw, nonce)
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +127,15 @@ func OpenSession(ctx context.Context, rw io.ReadWriter, nonce string) (io.Reader
 // ParkSession runs the host's side of the session start up to the agent's
 // READY and stops there: the agent is then waiting for a GO that never
 // comes, its previous session gone, and answers the next hello at once. It
-// returns the reader that holds what followed READY, and has the same
-// cancellation contract as OpenSession.
-func ParkSession(ctx context.Context, rw io.ReadWriter, nonce string) (io.Reader, error) {
+// has the same cancellation contract as OpenSession.
+func ParkSession(ctx context.Context, rw io.ReadWriter, nonce string) error {
+	_, err := hello(ctx, rw, nonce)
+	return err
+}
+
+// hello repeats the preamble until the agent's READY for nonce and returns
+// the reader that holds what followed it.
+func hello(ctx context.Context, rw io.ReadWriter, nonce string) (io.Reader, error) {
 	preamble := append(bytes.Repeat([]byte{'\n'}, FillerLen), helloWord+" "+nonce+"\n"...)
 	stop := make(chan struct{})
 	writerDone := make(chan error, 1)

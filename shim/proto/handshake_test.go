@@ -97,7 +97,7 @@ func TestParkedAgentAnswersNextHost(t *testing.T) {
 		agentDone <- string(b)
 	}()
 
-	if _, err := ParkSession(ctx, hostEnd, "parked"); err != nil {
+	if err := ParkSession(ctx, hostEnd, "parked"); err != nil {
 		t.Fatalf("ParkSession: %v", err)
 	}
 	if _, err := OpenSession(ctx, hostEnd, "next"); err != nil {
