@@ -62,25 +62,12 @@ func BuildInitramfs(ctx context.Context, k Kernel, agentPath, cacheDir string) (
 // an old one is no use: a guest reads its initramfs only while it boots,
 // and checkpoints and templates of another initramfs are refused.
 func PruneInitramfs(cacheDir string, keep ...string) error {
-	kept := map[string]bool{}
+	names := map[string]bool{}
 	for _, k := range keep {
-		kept[filepath.Clean(k)] = true
+		names[filepath.Base(k)] = true
 	}
-	var all []string
-	for _, pattern := range []string{"initramfs-*.cpio", "initramfs-*.cpio.gz"} {
-		m, err := filepath.Glob(filepath.Join(cacheDir, pattern))
-		if err != nil {
-			return err
-		}
-		all = append(all, m...)
-	}
-	for _, f := range all {
-		if kept[filepath.Clean(f)] {
-			continue
-		}
-		if err := os.Remove(f); err != nil {
-			return fmt.Errorf("prune initramfs archives: %w", err)
-		}
+	if err := pruneCache(cacheDir, names, "initramfs-*.cpio", "initramfs-*.cpio.gz"); err != nil {
+		return fmt.Errorf("prune initramfs archives: %w", err)
 	}
 	return nil
 }

@@ -101,16 +101,27 @@ func PrunePVH(cacheDir string, keep ...string) error {
 		}
 		names[pvhName(img)] = true
 	}
-	all, err := filepath.Glob(filepath.Join(cacheDir, "vmlinux-*"))
-	if err != nil {
-		return err
+	if err := pruneCache(cacheDir, names, "vmlinux-*"); err != nil {
+		return fmt.Errorf("prune uncompressed kernels: %w", err)
 	}
-	for _, f := range all {
-		if names[filepath.Base(f)] {
-			continue
+	return nil
+}
+
+// pruneCache removes the files in cacheDir that match patterns, but for
+// those whose names keep holds.
+func pruneCache(cacheDir string, keep map[string]bool, patterns ...string) error {
+	for _, pattern := range patterns {
+		all, err := filepath.Glob(filepath.Join(cacheDir, pattern))
+		if err != nil {
+			return err
 		}
-		if err := os.Remove(f); err != nil {
-			return fmt.Errorf("prune uncompressed kernels: %w", err)
+		for _, f := range all {
+			if keep[filepath.Base(f)] {
+				continue
+			}
+			if err := os.Remove(f); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
