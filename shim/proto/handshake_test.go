@@ -19,25 +19,12 @@ func TestSessionStartThroughStaleTraffic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	agentDone := make(chan string, 1)
-	go func() {
+	agentDone := serveAgent(agentEnd, func() {
 		// Stale frames to the host, then a stale session that consumes
 		// the first 4 KiB of the preamble before failing.
 		io.WriteString(agentEnd, "\x00\x00\x00\x01garbage HUSK-READY wrong\n\x00\x00")
 		io.ReadFull(agentEnd, make([]byte, 4096))
-		rest, err := AcceptSession(agentEnd)
-		if err != nil {
-			agentDone <- "error: " + err.Error()
-			return
-		}
-		b := make([]byte, 5)
-		_, err = io.ReadFull(rest, b)
-		if err != nil {
-			agentDone <- "error: " + err.Error()
-			return
-		}
-		agentDone <- string(b)
-	}()
+	})
 
 	type result struct {
 		r   io.Reader
@@ -82,20 +69,7 @@ func TestParkedAgentAnswersNextHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	agentDone := make(chan string, 1)
-	go func() {
-		rest, err := AcceptSession(agentEnd)
-		if err != nil {
-			agentDone <- "error: " + err.Error()
-			return
-		}
-		b := make([]byte, 5)
-		if _, err := io.ReadFull(rest, b); err != nil {
-			agentDone <- "error: " + err.Error()
-			return
-		}
-		agentDone <- string(b)
-	}()
+	agentDone := serveAgent(agentEnd, nil)
 
 	if err := ParkSession(ctx, hostEnd, "parked"); err != nil {
 		t.Fatalf("ParkSession: %v", err)
@@ -107,4 +81,28 @@ func TestParkedAgentAnswersNextHost(t *testing.T) {
 	if got := <-agentDone; got != "yamux" {
 		t.Fatalf("agent read %q after the next session's start, want \"yamux\"", got)
 	}
+}
+
+// serveAgent runs before (if any), then the agent's session start on
+// agentEnd, and sends the first 5 bytes the session then reads, or the
+// error that stopped it.
+func serveAgent(agentEnd net.Conn, before func()) <-chan string {
+	done := make(chan string, 1)
+	go func() {
+		if before != nil {
+			before()
+		}
+		rest, err := AcceptSession(agentEnd)
+		if err != nil {
+			done <- "error: " + err.Error()
+			return
+		}
+		b := make([]byte, 5)
+		if _, err := io.ReadFull(rest, b); err != nil {
+			done <- "error: " + err.Error()
+			return
+		}
+		done <- string(b)
+	}()
+	return done
 }
