@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -34,7 +35,15 @@ func TestTestcontainers(t *testing.T) {
 	img := pulled(t, testimages.Busybox)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*commandTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nsenter", "--net=/var/run/netns/"+suite.Netns, "go", "test", "-count=1", "-v", ".")
+	// Built outside the namespace: a fresh machine has yet to download
+	// testcontainers-go, and the namespace reaches no module proxy.
+	bin := filepath.Join(t.TempDir(), "testcontainers.test")
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, ".")
+	build.Dir = "testcontainers"
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the testcontainers-go test: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, "nsenter", "--net=/var/run/netns/"+suite.Netns, bin, "-test.count=1", "-test.v")
 	cmd.Dir = "testcontainers"
 	cmd.Env = append(dockerEnv(), "HUSK_TC=1", "HUSK_TC_IMAGE="+img, "TESTCONTAINERS_RYUK_DISABLED=true",
 		"TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1")
