@@ -156,6 +156,15 @@ func New(opts Options) (*Driver, error) {
 	return &Driver{opts: opts, log: log}, nil
 }
 
+// OnDemand is d restoring snapshots with RestoreModeOnDemand: a restore
+// reads no memory up front, and the snapshot's memory file must stay
+// while the VM runs (as a template's does).
+func (d *Driver) OnDemand() *Driver {
+	opts := d.opts
+	opts.RestoreMode = RestoreModeOnDemand
+	return &Driver{opts: opts, log: d.log}
+}
+
 // Name implements vmm.Driver.
 func (d *Driver) Name() string { return Name }
 

@@ -86,6 +86,8 @@ func TestRequestBodiesMatchSpec(t *testing.T) {
 		{"vm.resize", &VmResize{DesiredVCPUs: 4, DesiredRAM: 1 << 30}},
 		{"vm.add-net", &NetConfig{Tap: "hk0123456789ab1", MAC: "02:42:0a:7c:00:03", ID: "net1"}},
 		{"vm.remove-device", &VmRemoveDevice{ID: "net1"}},
+		{"vm.add-disk", &DiskConfig{Path: "/images/base.ext4", Readonly: true, Serial: "base", ID: "disk0"}},
+		{"vm.add-disk", &DiskConfig{Path: "/sb/upper.ext4", Serial: strings.Repeat("s", maxSerial), ID: "disk1"}},
 	}
 	for _, b := range bodies {
 		if err := s.checkBody(b.endpoint, b.body); err != nil {

@@ -280,6 +280,26 @@ func (f *fakeCH) handle(endpoint string, body []byte) (int, any) {
 		all, _ := f.config["net"].([]any)
 		f.config["net"] = append(all, nc)
 		return 200, map[string]string{"id": str(nc, "id"), "bdf": fmt.Sprintf("0000:00:%02x.0", 4+len(nets))}
+	case "vm.add-disk":
+		if f.state == "" {
+			return notCreated()
+		}
+		var dc map[string]any
+		if err := json.Unmarshal(body, &dc); err != nil {
+			return 400, []string{"Failed to deserialize JSON", err.Error()}
+		}
+		disks := list(f.config, "disks")
+		for _, d := range append(disks, list(f.config, "net")...) {
+			if str(d, "id") == str(dc, "id") {
+				return 500, chError("The disk could not be added to the VM", "Identifier "+str(dc, "id")+" is not unique")
+			}
+		}
+		if _, err := os.Stat(str(dc, "path")); err != nil {
+			return 500, chError("The disk could not be added to the VM", err.Error())
+		}
+		all, _ := f.config["disks"].([]any)
+		f.config["disks"] = append(all, dc)
+		return 200, map[string]string{"id": str(dc, "id"), "bdf": fmt.Sprintf("0000:00:%02x.0", 8+len(disks))}
 	case "vm.remove-device":
 		if f.state == "" {
 			return notCreated()
@@ -288,11 +308,13 @@ func (f *fakeCH) handle(endpoint string, body []byte) (int, any) {
 		if err := json.Unmarshal(body, &rd); err != nil {
 			return 400, []string{"Failed to deserialize JSON", err.Error()}
 		}
-		all, _ := f.config["net"].([]any)
-		for i, n := range all {
-			if o, ok := n.(map[string]any); ok && str(o, "id") == rd.ID {
-				f.config["net"] = append(all[:i:i], all[i+1:]...)
-				return 204, nil
+		for _, key := range []string{"net", "disks"} {
+			all, _ := f.config[key].([]any)
+			for i, n := range all {
+				if o, ok := n.(map[string]any); ok && str(o, "id") == rd.ID {
+					f.config[key] = append(all[:i:i], all[i+1:]...)
+					return 204, nil
+				}
 			}
 		}
 		return 404, chError("The device could not be removed from the VM", "Unknown device "+rd.ID)

@@ -523,3 +523,103 @@ func TestNICHotplug(t *testing.T) {
 		t.Errorf("nets after a second AddNIC %+v, want net1 and net0", info.Config.Net)
 	}
 }
+
+// TestDiskHotplug is a template's path on the fake: a VM booted without
+// disks is snapshotted, restored, given the container's disks by
+// hot-plug, snapshotted again (a checkpoint) and that snapshot restored
+// with the disks at boot; the pool's undo unplugs them. Every request is
+// one the API description accepts (TestRequestBodiesMatchSpec).
+func TestDiskHotplug(t *testing.T) {
+	d := fakeDriver(t, Options{RestoreMode: RestoreModeOnDemand})
+	ctx := testCtx(t)
+	f := makeFiles(t, t.TempDir())
+	tplCfg := config("tpl", vmDir(t, "tpl"), f, "tap-tpl")
+	tplCfg.Disks = nil
+	tpl, err := d.Start(ctx, tplCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killOnCleanup(t, tpl)
+	tplSnap := t.TempDir()
+	if err := tpl.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tpl.Snapshot(ctx, tplSnap); err != nil {
+		t.Fatal(err)
+	}
+	if err := tpl.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	ctrDir := vmDir(t, "ctr")
+	cfg := config("ctr", ctrDir, f, "tap-ctr")
+	disks := cfg.Disks
+	cfg.Disks = nil
+	mv, err := d.Restore(ctx, cfg, tplSnap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killOnCleanup(t, mv)
+	var rc RestoreConfig
+	if b, err := os.ReadFile(filepath.Join(ctrDir, fakeRestoreRecord)); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(b, &rc); err != nil || rc.MemoryRestoreMode != RestoreOnDemand {
+		t.Errorf("restore request %s (%v): want memory_restore_mode %s", b, err, RestoreOnDemand)
+	}
+	m := mv.(*Machine)
+	if err := m.AttachDisks(ctx, []vmm.Disk{{Path: filepath.Join(t.TempDir(), "missing.ext4"), Serial: "gone"}}); err == nil {
+		t.Error("AttachDisks of a missing file succeeded")
+	}
+	if err := m.AttachDisks(ctx, disks); err != nil {
+		t.Fatal(err)
+	}
+	info, err := m.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []DiskConfig{{Path: f.base, Readonly: true, Serial: "base", ID: "disk0"}, {Path: f.upper, Serial: "upper", ID: "disk1"}}
+	if !slices.Equal(info.Config.Disks, want) {
+		t.Errorf("disks after AttachDisks %+v, want %+v", info.Config.Disks, want)
+	}
+
+	// A checkpoint of the container restores with its disks given at boot.
+	snap := t.TempDir()
+	if err := m.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := config("again", vmDir(t, "again"), f, "tap-again")
+	rv, err := d.Restore(ctx, again, snap)
+	if err != nil {
+		t.Fatalf("restore a checkpoint of a template-started VM: %v", err)
+	}
+	killOnCleanup(t, rv)
+
+	if err := m.DetachDisks(ctx, 3); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("DetachDisks of 3 of 2 disks: %v, want invalid argument", err)
+	}
+	if err := m.DetachDisks(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = m.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(info.Config.Disks, want[:1]) {
+		t.Errorf("disks after DetachDisks(1) %+v, want %+v", info.Config.Disks, want[:1])
+	}
+	// The freed id is taken again.
+	if err := m.AttachDisks(ctx, disks[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = m.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(info.Config.Disks, want) {
+		t.Errorf("disks after a second AttachDisks %+v, want %+v", info.Config.Disks, want)
+	}
+}

@@ -40,22 +40,12 @@ func (m *Machine) AddNIC(ctx context.Context, n vmm.Net) error {
 	if err != nil {
 		return fmt.Errorf("hot-plug NIC: %w", err)
 	}
-	var ids []string
-	for _, d := range info.Config.Disks {
-		ids = append(ids, d.ID)
-	}
 	for _, nc := range info.Config.Net {
 		if strings.EqualFold(nc.MAC, mac.String()) {
 			return fmt.Errorf("hot-plug NIC: the VM already has a NIC with MAC %s: %w", mac, errdefs.ErrAlreadyExists)
 		}
-		ids = append(ids, nc.ID)
 	}
-	id := ""
-	for i := 0; id == ""; i++ {
-		if c := fmt.Sprintf("net%d", i); !slices.Contains(ids, c) {
-			id = c
-		}
-	}
+	id := freeID(deviceIDs(&info.Config), "net")
 	if err := m.api.put(ctx, "vm.add-net", &NetConfig{Tap: n.Tap, MAC: mac.String(), ID: id}); err != nil {
 		return fmt.Errorf("hot-plug NIC on tap %s: %w", n.Tap, err)
 	}
