@@ -12,6 +12,7 @@ import (
 	"github.com/husk-vm/husk/runtime/pool"
 	"github.com/husk-vm/husk/runtime/templates"
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/cloudhypervisor"
 )
 
 // daemonTemplates is the daemon's template manager and, with
@@ -23,19 +24,21 @@ type daemonTemplates struct {
 	log  *slog.Logger
 }
 
-// openTemplates opens the template cache when templates are on and the
-// VMM can start from them (QEMU: hot-plug after restore); nil otherwise.
+// openTemplates opens the template cache when templates are on; nil
+// otherwise. cloud-hypervisor restores templates lazily (OnDemand): a
+// template's memory file stays while VMs of it run, which a checkpoint's
+// need not, so checkpoints keep the driver's default.
 func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, log *slog.Logger) *daemonTemplates {
 	if !cfg.Templates {
 		log.Info("templates off: every container boots its VM")
 		return nil
 	}
-	if guest.Driver.Name() != "qemu" {
-		log.Info("templates off: the VMM cannot hot-plug disks into a restored VM", "vmm", guest.Driver.Name())
-		return nil
+	drv := guest.Driver
+	if ch, ok := drv.(*cloudhypervisor.Driver); ok {
+		drv = ch.OnDemand()
 	}
 	m, err := templates.New(ctx, templates.Options{
-		Dir: filepath.Join(cfg.Root, "templates"), Driver: guest.Driver,
+		Dir: filepath.Join(cfg.Root, "templates"), Driver: drv,
 		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline, Accel: guest.Accel,
 		ReadyTimeout: guest.ReadyTimeout, Logger: log,
 	})
@@ -71,6 +74,13 @@ func (t *daemonTemplates) openPool(ctx context.Context, cfg Config, guest contai
 	}
 	if t == nil {
 		slog.Default().Info("no VM pool: templates are off")
+		return
+	}
+	if guest.Driver.Name() != "qemu" {
+		// A pooled VM is handed over by moving its directory and
+		// recording its NICs' MACs (qemu.Machine's Relocate and
+		// RecordNICMACs), which the cloud-hypervisor driver lacks.
+		t.log.Info("no VM pool: only QEMU's VMs can be handed over from it", "vmm", guest.Driver.Name())
 		return
 	}
 	p, err := pool.New(ctx, pool.Options{

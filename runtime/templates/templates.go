@@ -397,13 +397,21 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 		nets = append(nets, vmm.Net{Tap: tap, MAC: mac})
 		md.MACs = append(md.MACs, mac)
 	}
-	machine, err := m.opts.Driver.Start(ctx, vmm.Config{
+	vc := vmm.Config{
 		ID: "template-" + k.digest()[:8], Dir: runDir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
 		Cmdline: m.opts.Cmdline, MemoryMiB: k.MemoryMiB, CPUs: k.CPUs, Accel: k.Accel, Nets: nets,
 		// Restores then map the template's RAM copy-on-write instead of
 		// reading it all from the snapshot (vmm.Config.FileMemory).
 		FileMemory: true,
-	})
+	}
+	machine, err := m.opts.Driver.Start(ctx, vc)
+	if errdefs.IsNotImplemented(err) {
+		// cloud-hypervisor keeps RAM in its snapshot; its restores fault
+		// it in lazily themselves when the driver restores OnDemand.
+		m.log.Debug("template RAM in its snapshot", "vmm", m.opts.Driver.Name(), "reason", err)
+		vc.FileMemory = false
+		machine, err = m.opts.Driver.Start(ctx, vc)
+	}
 	if err != nil {
 		return meta{}, fmt.Errorf("boot template: %w", err)
 	}

@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +24,8 @@ type fakeDriver struct {
 	t       *testing.T
 	version string
 	hotplug bool
+	// noFileMemory refuses vmm.Config.FileMemory, as cloud-hypervisor does.
+	noFileMemory bool
 
 	mu       sync.Mutex
 	starts   []vmm.Config
@@ -43,6 +46,9 @@ func (d *fakeDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, erro
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.starts = append(d.starts, cfg)
+	if cfg.FileMemory && d.noFileMemory {
+		return nil, fmt.Errorf("file-backed memory: %w", errdefs.ErrNotImplemented)
+	}
 	return d.machine(), nil
 }
 
@@ -276,6 +282,29 @@ func TestStartWithoutHotplug(t *testing.T) {
 	}
 	if d.killed != killedBefore+1 {
 		t.Errorf("the restored VM was not killed")
+	}
+}
+
+// TestTemplateWithoutFileMemory: a VMM that cannot back RAM with a file
+// still gets templates, booted with RAM of its own.
+func TestTemplateWithoutFileMemory(t *testing.T) {
+	ctx := context.Background()
+	d := &fakeDriver{t: t, version: "1", hotplug: true, noFileMemory: true, refresh: &fakeRefresher{}}
+	m := newManager(t, t.TempDir(), d, &fakeTaps{})
+	m.Prepare(ctx, 256, 1, 1)
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.starts) != 2 || !d.starts[0].FileMemory || d.starts[1].FileMemory {
+		t.Fatalf("template boots %+v, want one refused with file memory, then one without", d.starts)
+	}
+	vm, err := m.Start(ctx, vmCfg(m, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Client.Close()
+	if len(d.restores) != 1 {
+		t.Errorf("%d restores, want 1", len(d.restores))
 	}
 }
 
