@@ -93,7 +93,12 @@ func startReferenceDockerd(t *testing.T, img string) *referenceDockerd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
-	d, err := harness.StartDaemon(ctx, ns, harness.DaemonConfig{Kind: harness.Dockerd, Dir: filepath.Join(tmp, "dockerd"), DockerCLI: suite.DockerCLI})
+	d, err := harness.StartDaemon(ctx, ns, harness.DaemonConfig{
+		Kind: harness.Dockerd, Dir: filepath.Join(tmp, "dockerd"), DockerCLI: suite.DockerCLI,
+		// As huskd's containers, dockerd's get a network by default: the
+		// peer of `docker run` must do the same work.
+		DefaultBridge: true,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,15 +131,21 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 			return nil
 		}
 	}
-	var runc func() error
+	// Both daemons give a container a network by default (huskd a TAP on
+	// its bridge, dockerd a veth on docker0); --network none leaves it
+	// out on both sides.
+	var runc, runcNone func() error
 	if ref != nil {
 		runc = run(ref.host, img, "true")
+		runcNone = run(ref.host, "--network", "none", img, "true")
 	}
 	scs := []benchScenario{
 		{"vmm_floor", "raw QEMU boot to agent-ready (floor)", floor},
 		{"run_cold", "docker run --rm true, cold boot (huskd)", run(suite.DockerHost, "--label", containers.BootLabel+"=cold", img, "true")},
 		{"run_template", "docker run --rm true, from template (huskd)", run(suite.DockerHost, img, "true")},
 		{"run_runc", "docker run --rm true (dockerd + runc)", runc},
+		{"run_template_nonet", "docker run --rm --network none true, from template (huskd)", run(suite.DockerHost, "--network", "none", img, "true")},
+		{"run_runc_nonet", "docker run --rm --network none true (dockerd + runc)", runcNone},
 	}
 	if p := os.Getenv(benchMinKernelEnv); p != "" {
 		mk, err := kernel.Find(p)
@@ -164,6 +170,7 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	b.ratio("run_cold_over_vmm_floor", "run_cold", "vmm_floor")
 	b.ratio("run_template_over_runc", "run_template", "run_runc")
 	b.ratio("run_template_over_run_cold", "run_template", "run_cold")
+	b.ratio("run_template_over_runc_nonet", "run_template_nonet", "run_runc_nonet")
 	if _, ok := b.samples["vmm_floor_minimal_kernel"]; ok {
 		b.ratio("minimal_kernel_floor_over_debian_floor", "vmm_floor_minimal_kernel", "vmm_floor")
 	}

@@ -41,6 +41,12 @@ type DaemonConfig struct {
 	// console costs the guest several milliseconds under TCG. The
 	// benchmark sets it; tests want the debug log to diagnose from.
 	Quiet bool
+	// DefaultBridge keeps dockerd's default bridge network (docker0 and
+	// its iptables rules, all inside the daemon's namespace), so that its
+	// containers get a network as huskd's do by default. Without it
+	// dockerd runs with --bridge=none and its containers have none
+	// (Dockerd only).
+	DefaultBridge bool
 	// ExtraArgs are appended to the daemon's command line (e.g.
 	// "--pool-size", "1"); SetExtraArgs changes them for the next start.
 	ExtraArgs []string
@@ -105,9 +111,9 @@ func (d *Daemon) command() (*exec.Cmd, error) {
 		return cmd, nil
 	case Dockerd:
 		// An empty config file keeps the host's /etc/docker/daemon.json out;
-		// no bridge and no iptables keep dockerd from touching networking
-		// beyond its namespace; containerd is started by dockerd itself,
-		// under the exec root.
+		// containerd is started by dockerd itself, under the exec root.
+		// Its bridge and iptables rules, when it keeps them, are its
+		// namespace's own.
 		configFile := filepath.Join(d.cfg.Dir, "daemon.json")
 		if err := os.WriteFile(configFile, []byte("{}\n"), 0o644); err != nil {
 			return nil, fmt.Errorf("write dockerd config: %w", err)
@@ -118,7 +124,9 @@ func (d *Daemon) command() (*exec.Cmd, error) {
 			"--exec-root", filepath.Join(d.cfg.Dir, "exec"),
 			"--pidfile", filepath.Join(d.cfg.Dir, "docker.pid"),
 			"--host", d.Host(),
-			"--bridge=none", "--iptables=false", "--ip6tables=false",
+		}
+		if !d.cfg.DefaultBridge {
+			args = append(args, "--bridge=none", "--iptables=false", "--ip6tables=false")
 		}
 		return d.ns.Command("dockerd", append(append(args, insecure...), d.cfg.ExtraArgs...)...), nil
 	default:
