@@ -28,7 +28,9 @@
 // SCSI targets (runtime/vmm/qemu), so a container started from a
 // template can be checkpointed and restored like any other.
 //
-// The template guest's RAM is a file (vmm.Config.FileMemory): its
+// Where the driver can, the template guest's RAM is a file
+// (vmm.Config.FileMemory; cloud-hypervisor cannot, and keeps RAM in the
+// snapshot, which huskd has it restore lazily instead): its
 // snapshot holds only device state, and each restore maps the file
 // copy-on-write. A restore thus reads no RAM up front (QEMU loaded a
 // 78-107 MB stream in 230-300 ms under TCG before), the guest's pages come
