@@ -264,42 +264,12 @@ func (f *fakeCH) handle(endpoint string, body []byte) (int, any) {
 		}
 		return 204, nil
 	case "vm.add-net":
-		if f.state == "" {
-			return notCreated()
-		}
-		var nc map[string]any
-		if err := json.Unmarshal(body, &nc); err != nil {
-			return 400, []string{"Failed to deserialize JSON", err.Error()}
-		}
-		nets := list(f.config, "net")
-		for _, n := range append(nets, list(f.config, "disks")...) {
-			if str(n, "id") == str(nc, "id") {
-				return 500, chError("The new network device could not be added to the VM", "Identifier "+str(nc, "id")+" is not unique")
-			}
-		}
-		all, _ := f.config["net"].([]any)
-		f.config["net"] = append(all, nc)
-		return 200, map[string]string{"id": str(nc, "id"), "bdf": fmt.Sprintf("0000:00:%02x.0", 4+len(nets))}
+		return f.addDevice(body, "net", 4, "The new network device could not be added to the VM", nil)
 	case "vm.add-disk":
-		if f.state == "" {
-			return notCreated()
-		}
-		var dc map[string]any
-		if err := json.Unmarshal(body, &dc); err != nil {
-			return 400, []string{"Failed to deserialize JSON", err.Error()}
-		}
-		disks := list(f.config, "disks")
-		for _, d := range append(disks, list(f.config, "net")...) {
-			if str(d, "id") == str(dc, "id") {
-				return 500, chError("The disk could not be added to the VM", "Identifier "+str(dc, "id")+" is not unique")
-			}
-		}
-		if _, err := os.Stat(str(dc, "path")); err != nil {
-			return 500, chError("The disk could not be added to the VM", err.Error())
-		}
-		all, _ := f.config["disks"].([]any)
-		f.config["disks"] = append(all, dc)
-		return 200, map[string]string{"id": str(dc, "id"), "bdf": fmt.Sprintf("0000:00:%02x.0", 8+len(disks))}
+		return f.addDevice(body, "disks", 8, "The disk could not be added to the VM", func(d map[string]any) error {
+			_, err := os.Stat(str(d, "path"))
+			return err
+		})
 	case "vm.remove-device":
 		if f.state == "" {
 			return notCreated()
@@ -332,6 +302,34 @@ func (f *fakeCH) handle(endpoint string, body []byte) (int, any) {
 		return 200, c
 	}
 	return 500, chError("fake cloud-hypervisor does not implement " + endpoint)
+}
+
+// addDevice is vm.add-net and vm.add-disk: the device (body) joins the
+// config's list key, its id unique among disks and NICs; check, when
+// set, refuses what cloud-hypervisor could not open. Its PCI slots start
+// at firstSlot.
+func (f *fakeCH) addDevice(body []byte, key string, firstSlot int, failure string, check func(map[string]any) error) (int, any) {
+	if f.state == "" {
+		return http.StatusNotFound, chError("VM is not created")
+	}
+	var dev map[string]any
+	if err := json.Unmarshal(body, &dev); err != nil {
+		return 400, []string{"Failed to deserialize JSON", err.Error()}
+	}
+	for _, d := range append(list(f.config, "net"), list(f.config, "disks")...) {
+		if str(d, "id") == str(dev, "id") {
+			return 500, chError(failure, "Identifier "+str(dev, "id")+" is not unique")
+		}
+	}
+	if check != nil {
+		if err := check(dev); err != nil {
+			return 500, chError(failure, err.Error())
+		}
+	}
+	have := list(f.config, key)
+	all, _ := f.config[key].([]any)
+	f.config[key] = append(all, dev)
+	return 200, map[string]string{"id": str(dev, "id"), "bdf": fmt.Sprintf("0000:00:%02x.0", firstSlot+len(have))}
 }
 
 func (f *fakeCH) memory() int64 {
