@@ -38,6 +38,15 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // user's program has to become PID 1 of a fresh PID namespace with its own
 // /proc, root, user and working directory, so a small init (this binary)
 // does that work and then replaces itself with the program.
+//
+// Why the init is started per process and not ahead of time: an init
+// started before the snapshot of a template and handed its descriptors
+// on OpStart was built and measured on the 2-core development host
+// (TCG, minimal kernel). From the end of the setup to the exec it took
+// 84-125 ms against 96-104 ms for the re-executed one, and `docker run
+// --rm` medians were 548 ms against 546 ms over 15 interleaved runs: the
+// Go runtime's start is a small share of the init; the kernel paths its
+// mounts and exec run for the first time after a restore are the rest.
 func Reexec() {
 	if len(os.Args) > 0 && os.Args[0] == archiveArg0 {
 		runArchiveHelper()
