@@ -3,7 +3,9 @@
 // and the new image's config is the container's, with the --change lines
 // applied and dockerd's merge rules filling in what they leave unset.
 // The container side (reading the layer out of the VM) is the runtime's;
-// this package only sees a tar stream and a config.
+// this package only sees a tar stream and a config. `docker import` is the
+// same act without a container (Import): a tar and --change lines become
+// a one-layer image.
 package commit
 
 import (
