@@ -278,6 +278,33 @@ type fakeImages struct {
 	tagged   [][3]string
 	removed  []string
 	loaded   string
+	imported []ImportOptions
+}
+
+func (f *fakeImages) ValidateImport(opts ImportOptions) error {
+	for _, c := range opts.Changes {
+		if strings.HasPrefix(c, "RUN") {
+			return errdefs.ErrInvalidArgument.WithMessage("run is not a valid change command")
+		}
+	}
+	return nil
+}
+
+// Import takes the tar's content as its message, so that tests see what
+// reached it after decompression.
+func (f *fakeImages) Import(_ context.Context, tar io.Reader, opts ImportOptions) (string, error) {
+	b, err := io.ReadAll(tar)
+	if err != nil {
+		return "", err
+	}
+	if string(b) == "bad" {
+		return "", errors.New("Error processing tar file: archive/tar: invalid tar header")
+	}
+	opts.Message = string(b)
+	f.mu.Lock()
+	f.imported = append(f.imported, opts)
+	f.mu.Unlock()
+	return "sha256:imported", nil
 }
 
 func (f *fakeImages) Pull(_ context.Context, ref, platform string, auth *registry.AuthConfig, progress func(jsonstream.Message)) error {

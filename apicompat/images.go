@@ -15,15 +15,15 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// createImage is POST /images/create: a pull with fromImage; an import
-// (fromSrc) is not offered yet.
+// createImage is POST /images/create: a pull with fromImage, else an
+// import of fromSrc (importImage).
 func (s *server) createImage(ctx context.Context, w http.ResponseWriter, r *http.Request, _ map[string]string) error {
 	if err := parseForm(r); err != nil {
 		return err
 	}
 	from := r.Form.Get("fromImage")
 	if from == "" {
-		return errdefs.ErrNotImplemented.WithMessage("importing an image (fromSrc) is not implemented")
+		return s.importImage(ctx, w, r)
 	}
 	ref, err := pullReference(from, r.Form.Get("tag"))
 	if err != nil {

@@ -2,6 +2,7 @@ package apicompat
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -198,8 +199,16 @@ func TestRequests(t *testing.T) {
 				`{"errorDetail":{"message":"unexpected EOF"},"error":"unexpected EOF"}` + "\r\n"},
 		{name: "pull bad reference", method: "POST", path: "/images/create?fromImage=bad!", status: 400, wantBody: jsonError("invalid reference format")},
 		{name: "pull scratch", method: "POST", path: "/images/create?fromImage=scratch&tag=latest", status: 403, wantBody: jsonError("'scratch' is a reserved name")},
-		{name: "import", method: "POST", path: "/images/create?fromSrc=-", status: 501,
-			wantBody: jsonError("importing an image (fromSrc) is not implemented")},
+		{name: "import", method: "POST", path: "/images/create?fromSrc=-&repo=imp&tag=v1&changes=CMD+x", body: "layer", status: 200,
+			contentType: "application/json", wantBody: `{"status":"sha256:imported"}` + "\r\n"},
+		{name: "import bad repo", method: "POST", path: "/images/create?fromSrc=-&repo=Imp", status: 400,
+			wantBody: jsonError("invalid reference format: repository name (library/Imp) must be lowercase")},
+		{name: "import digest", method: "POST", path: "/images/create?fromSrc=-&repo=imp@sha256:" + strings.Repeat("0", 64), status: 400,
+			wantBody: jsonError("cannot import digest reference")},
+		{name: "import bad change", method: "POST", path: "/images/create?fromSrc=-&changes=RUN+x", status: 400,
+			wantBody: jsonError("run is not a valid change command")},
+		{name: "import not a tar", method: "POST", path: "/images/create?fromSrc=-", body: "bad", status: 500,
+			wantBody: jsonError("Error processing tar file: archive/tar: invalid tar header")},
 		{name: "save", method: "GET", path: "/images/get?names=a&names=b", status: 200, contentType: "application/x-tar", wantBody: "TAR:a,b"},
 		{name: "save one", method: "GET", path: "/images/localhost:5000/a/b:1/get", status: 200, wantBody: "TAR:localhost:5000/a/b:1"},
 		{name: "save missing", method: "GET", path: "/images/missing/get", status: 404, wantBody: jsonError("No such image: missing")},
@@ -489,5 +498,23 @@ func TestMuxWriterFrames(t *testing.T) {
 	}
 	if o.String() != "abc" || e.String() != "de" {
 		t.Errorf("stdout %q stderr %q", o.String(), e.String())
+	}
+}
+
+// TestImportDecompresses checks what reaches the image side of an import:
+// the body undone of its gzip, and the query as options.
+func TestImportDecompresses(t *testing.T) {
+	env := newTestEnv(t)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte("the layer"))
+	zw.Close()
+	r := env.do(t, "POST", "/images/create?fromSrc=-&repo=docker.io/library/imp:v1&message=&changes=CMD+x&changes=ENV+a=b&platform=linux/arm64", gz.String(), nil)
+	if r.status != http.StatusOK || r.body != `{"status":"sha256:imported"}`+"\r\n" {
+		t.Fatalf("import: %d %q", r.status, r.body)
+	}
+	want := ImportOptions{Source: "-", Repo: "imp:v1", Message: "the layer", Changes: []string{"CMD x", "ENV a=b"}, Platform: "linux/arm64"}
+	if len(env.images.imported) != 1 || !reflect.DeepEqual(env.images.imported[0], want) {
+		t.Errorf("imported %+v, want %+v", env.images.imported, want)
 	}
 }

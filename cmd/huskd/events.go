@@ -11,6 +11,8 @@ import (
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/api/types/registry"
 
+	"github.com/husk-vm/husk/apicompat"
+	"github.com/husk-vm/husk/imagebuild/commit"
 	"github.com/husk-vm/husk/imagebuild/reference"
 )
 
@@ -144,4 +146,26 @@ func (a imageAPI) imageLabels(ctx context.Context, ref string) (id string, label
 		labels = img.Config.Labels
 	}
 	return img.ID, labels
+}
+
+// ValidateImport refuses a bad --change or platform before the upload is
+// read.
+func (a imageAPI) ValidateImport(opts apicompat.ImportOptions) error {
+	return commit.ValidateImport(importOptions(opts))
+}
+
+// Import stores the tar as a new image; dockerd reports "import" with the
+// image ID as actor and name, after the "tag" of a named import.
+func (a imageAPI) Import(ctx context.Context, tar io.Reader, opts apicompat.ImportOptions) (string, error) {
+	id, _, err := commit.Import(ctx, a, tar, importOptions(opts))
+	if err != nil {
+		return "", err
+	}
+	a.publish(ctx, events.ActionImport, id, id, id)
+	return id, nil
+}
+
+func importOptions(o apicompat.ImportOptions) commit.ImportOptions {
+	return commit.ImportOptions{Repo: o.Repo, Tag: o.Tag, Message: o.Message, Source: o.Source,
+		Changes: o.Changes, Platform: o.Platform}
 }
