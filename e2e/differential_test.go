@@ -120,6 +120,12 @@ func scenarios() []scenario {
 		{name: "images format", args: a("images", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}", "{img}")},
 		{name: "image inspect", args: a("image", "inspect", "-f", "{{.Os}}/{{.Architecture}} {{json .Config.Cmd}} {{.RepoTags}}", "{img}")},
 		{name: "image inspect unknown", args: a("image", "inspect", "nope:latest")},
+		// import
+		{name: "import stdin", args: a("import", "-m", "note", "-", "diff/import:v1"), stdin: cpTar(),
+			cleanup: [][]string{a("rmi", "diff/import:v1")}},
+		{name: "import not a tar", args: a("import", "-", "diff/import:bad"), stdin: []byte(strings.Repeat("not a tar archive\n", 40))},
+		{name: "import bad change", args: a("import", "-c", "RUN true", "-", "diff/import:bad"), stdin: cpTar()},
+		{name: "import digest reference", args: a("import", "-", "diff/import@sha256:"+strings.Repeat("0", 64)), stdin: cpTar()},
 		{name: "pull up to date", args: a("pull", "{img}")},
 		{name: "tag and list", args: a("images", "--format", "{{.Repository}}:{{.Tag}}", "diff/tagged"),
 			setup: [][]string{{"tag", "{img}", "diff/tagged:v1"}}, cleanup: [][]string{{"rmi", "diff/tagged:v1"}}},
@@ -163,6 +169,7 @@ var allowed = []allowance{
 	{"run bad restart policy", "stderr", `dockerd >= 25 words it "invalid restart policy: unknown policy 'sometimes'; use one of ..."; 20.10 "invalid restart policy 'sometimes'"`, false},
 	{"ps bad filter", "stderr", `dockerd >= 23 says "invalid filter 'bogus'"; 20.10 capitalises it`, false},
 	{"image inspect unknown", "stderr", `dockerd 20.10 repeats itself ("no such image: X: No such image: X"); later versions say "No such image: X"`, false},
+	{"import not a tar", "stderr", `dockerd untars in a helper process and says "Error processing tar file(exit status 1): ..."; husk has no such process and leaves out the exit status`, false},
 	{"images format", "stdout", "image size: dockerd sums the unpacked files (1.98MB); husk sums the uncompressed layer tars, headers and padding included (2.13MB)", true},
 }
 
