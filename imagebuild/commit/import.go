@@ -43,11 +43,18 @@ type ImportOptions struct {
 // ValidateImport checks what can be checked before the tar is read, so
 // that a bad --change is refused without consuming an upload.
 func ValidateImport(opts ImportOptions) error {
-	if _, err := platform(opts.Platform); err != nil {
-		return err
-	}
+	_, _, err := importConfig(opts)
+	return err
+}
+
+// importConfig is the new image's platform and config.
+func importConfig(opts ImportOptions) (v1.Platform, v1.Config, error) {
 	var cfg v1.Config
-	return builder.ApplyChanges(&cfg, opts.Changes)
+	plat, err := platform(opts.Platform)
+	if err != nil {
+		return plat, cfg, err
+	}
+	return plat, cfg, builder.ApplyChanges(&cfg, opts.Changes)
 }
 
 func platform(s string) (v1.Platform, error) {
@@ -67,12 +74,8 @@ func platform(s string) (v1.Platform, error) {
 // the familiar reference it was tagged with ("" when untagged). A stream
 // that is not a tar archive is refused and nothing is kept.
 func Import(ctx context.Context, images ImportImages, layer io.Reader, opts ImportOptions) (id, ref string, err error) {
-	plat, err := platform(opts.Platform)
+	plat, cfg, err := importConfig(opts)
 	if err != nil {
-		return "", "", err
-	}
-	var cfg v1.Config
-	if err := builder.ApplyChanges(&cfg, opts.Changes); err != nil {
 		return "", "", err
 	}
 	checked := checkTar(layer)
