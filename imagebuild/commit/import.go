@@ -54,7 +54,8 @@ func importConfig(opts ImportOptions) (v1.Platform, v1.Config, error) {
 	if err != nil {
 		return plat, cfg, err
 	}
-	return plat, cfg, builder.ApplyChanges(&cfg, opts.Changes)
+	err = builder.ApplyChanges(&cfg, opts.Changes)
+	return plat, cfg, err
 }
 
 func platform(s string) (v1.Platform, error) {
