@@ -137,17 +137,30 @@ func Write(ctx context.Context, images Images, ctr Container, opts Options, laye
 	if err != nil {
 		return "", "", err
 	}
-	if opts.Repo == "" {
-		return id, "", nil
-	}
-	if err := images.Tag(ctx, id, opts.Repo, opts.Tag); err != nil {
+	if ref, err = tagNew(ctx, images, id, opts.Repo, opts.Tag); err != nil {
 		return "", "", err
 	}
-	ref = opts.Repo
-	if opts.Tag != "" {
-		ref += ":" + opts.Tag
-	}
 	return id, ref, nil
+}
+
+// tagger is the part of the image store that names images.
+type tagger interface {
+	Tag(ctx context.Context, source, repo, tag string) error
+}
+
+// tagNew tags a new image repo:tag unless repo is "", and returns the
+// familiar reference it was tagged with ("" when untagged).
+func tagNew(ctx context.Context, images tagger, id, repo, tag string) (string, error) {
+	if repo == "" {
+		return "", nil
+	}
+	if err := images.Tag(ctx, id, repo, tag); err != nil {
+		return "", err
+	}
+	if tag != "" {
+		repo += ":" + tag
+	}
+	return repo, nil
 }
 
 // toV1 converts an API container config into an image config; the two

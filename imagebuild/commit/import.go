@@ -108,15 +108,8 @@ func Import(ctx context.Context, images ImportImages, layer io.Reader, opts Impo
 	if err != nil {
 		return "", "", fmt.Errorf("import: %w", err)
 	}
-	if opts.Repo == "" {
-		return id, "", nil
-	}
-	if err := images.Tag(ctx, id, opts.Repo, opts.Tag); err != nil {
+	if ref, err = tagNew(ctx, images, id, opts.Repo, opts.Tag); err != nil {
 		return "", "", err
-	}
-	ref = opts.Repo
-	if opts.Tag != "" {
-		ref += ":" + opts.Tag
 	}
 	return id, ref, nil
 }
