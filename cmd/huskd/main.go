@@ -163,6 +163,9 @@ func run(parent context.Context, cfg Config) error {
 	tpl.openPool(ctx, cfg, guest, nets, disks)
 	// The common shape: the default size on one network.
 	tpl.prepare(ctx, cfg.MemoryMiB, cfg.CPUs, 1)
+	// Only now, with bridges up and survivors' TAPs kept: a restart
+	// racing the networks' Start found no bridge to attach to.
+	mgr.RestartOnBoot()
 
 	buildVMs, err := containers.NewBuildVMs(ctx, containers.BuildVMOptions{
 		Root: filepath.Join(cfg.Root, "builds", "vms"), Images: imageSource{images},

@@ -748,6 +748,7 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 // Restore brings back containers that were running when the daemon went
 // away: their VMMs survive it, so the runtime reattaches to the VMM and
 // opens a new agent session; a container whose VM is gone is marked exited.
+// It starts nothing: RestartOnBoot does that once the networks are up.
 func (m *Manager) Restore(ctx context.Context) {
 	m.mu.Lock()
 	var all []*ctr
@@ -777,7 +778,6 @@ func (m *Manager) Restore(ctx context.Context) {
 		}
 		c.mu.Unlock()
 	}
-	m.restartOnBoot()
 }
 
 // lostState is the state of a container whose VM is gone after a daemon

@@ -104,10 +104,13 @@ func (m *Manager) isShuttingDown() bool {
 	return m.shuttingDown
 }
 
-// restartOnBoot starts, in the background, the containers a daemon start
+// RestartOnBoot starts, in the background, the containers a daemon start
 // brings back: those whose policy says so and that are not running (the
-// daemon stopped them when it shut down, or they had exited).
-func (m *Manager) restartOnBoot() {
+// daemon stopped them when it shut down, or they had exited). Call it
+// after Restore and once the networks are started: a start attaches the
+// container to its network's bridge, which a clean shutdown deleted and
+// only the networks' Start makes again.
+func (m *Manager) RestartOnBoot() {
 	m.mu.Lock()
 	var all []*ctr
 	for _, c := range m.byID {
