@@ -165,7 +165,7 @@ func run(parent context.Context, cfg Config) error {
 	tpl.prepare(ctx, cfg.MemoryMiB, cfg.CPUs, 1)
 	// Only now, with bridges up and survivors' TAPs kept: a restart
 	// racing the networks' Start found no bridge to attach to.
-	mgr.RestartOnBoot()
+	mgr.RestartOnBoot(ctx)
 
 	buildVMs, err := containers.NewBuildVMs(ctx, containers.BuildVMOptions{
 		Root: filepath.Join(cfg.Root, "builds", "vms"), Images: imageSource{images},

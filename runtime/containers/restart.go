@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -104,13 +105,15 @@ func (m *Manager) isShuttingDown() bool {
 	return m.shuttingDown
 }
 
-// RestartOnBoot starts, in the background, the containers a daemon start
-// brings back: those whose policy says so and that are not running (the
-// daemon stopped them when it shut down, or they had exited). Call it
-// after Restore and once the networks are started: a start attaches the
-// container to its network's bridge, which a clean shutdown deleted and
-// only the networks' Start makes again.
-func (m *Manager) RestartOnBoot() {
+// RestartOnBoot starts the containers a daemon start brings back: those
+// whose policy says so and that are not running (the daemon stopped them
+// when it shut down, or they had exited). It returns once every start has
+// ended, as dockerd does before it serves its API: a client that finds the
+// daemon up finds them running. Call it after Restore and once the
+// networks are started: a start attaches the container to its network's
+// bridge, which a clean shutdown deleted and only the networks' Start
+// makes again.
+func (m *Manager) RestartOnBoot(ctx context.Context) {
 	m.mu.Lock()
 	var all []*ctr
 	for _, c := range m.byID {
@@ -119,6 +122,7 @@ func (m *Manager) RestartOnBoot() {
 		}
 	}
 	m.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, c := range all {
 		c.mu.Lock()
 		// A restart pending when the daemon went away counts as exited.
@@ -131,10 +135,13 @@ func (m *Manager) RestartOnBoot() {
 		if !restart {
 			continue
 		}
+		wg.Add(1)
 		go func() {
-			if err := c.start(context.Background(), c.rec.ID); err != nil {
+			defer wg.Done()
+			if err := c.start(ctx, c.rec.ID); err != nil {
 				m.log.Error("restart on daemon start", "id", c.rec.ID[:12], "err", err)
 			}
 		}()
 	}
+	wg.Wait()
 }
