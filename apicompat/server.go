@@ -175,6 +175,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/system/df", s.getDiskUsage)
 	s.handle(http.MethodPost, "/build/prune", s.postBuildPrune)
 	s.handle(http.MethodPost, "/auth", s.postAuth)
+	s.initSwarmRoutes()
 }
 
 // ServeHTTP routes r the way dockerd's gorilla/mux setup does: every route
