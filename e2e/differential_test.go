@@ -147,6 +147,15 @@ func scenarios() []scenario {
 		// system
 		{name: "info os", args: a("info", "--format", "{{.OSType}} {{.Architecture}}")},
 		{name: "version api", args: a("version", "--format", "{{.Server.APIVersion}}")},
+		// swarm mode and plugins: neither daemon has them
+		{name: "plugin ls", args: a("plugin", "ls")},
+		{name: "plugin inspect unknown", args: a("plugin", "inspect", "nope")},
+		{name: "plugin rm unknown", args: a("plugin", "rm", "nope")},
+		{name: "node ls", args: a("node", "ls")},
+		{name: "service ls", args: a("service", "ls")},
+		{name: "secret ls", args: a("secret", "ls")},
+		{name: "stack ls", args: a("stack", "ls")},
+		{name: "swarm leave", args: a("swarm", "leave")},
 	}
 }
 
