@@ -2,6 +2,8 @@ package qemu
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +45,8 @@ func TestAttachDisksAfterRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m, err := drv.Restore(ctx, diskless("restored"), snap)
+	restoredCfg := diskless("restored")
+	m, err := drv.Restore(ctx, restoredCfg, snap)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,16 +57,7 @@ func TestAttachDisksAfterRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "ready sda=husk-base:ro sdb=husk-upper:rw"
-	var got string
-	for {
-		if got = say(t, ctx, m, "hello"); got == want {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("guest never saw both disks: %q, want %q", got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitReply(t, ctx, m, restoredCfg.Dir, "hello", want)
 	t.Logf("hot-plug of two disks to seen by the guest: %v", time.Since(start))
 	if r := say(t, ctx, m, "incr"); r != "count 2" {
 		t.Fatalf("restored guest counted %q, want count 2", r)
@@ -170,4 +164,37 @@ func waitSays(t *testing.T, ctx context.Context, m vmm.Machine, want string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// awaitReply says line (which must be safe to repeat) to the guest until
+// it answers want. Each attempt has a deadline and a connection of its
+// own: on a loaded CI machine the guest once left a hello after this
+// hot-plug unanswered until the test's 4-minute deadline, cause unknown,
+// and a single read bounded only by ctx cannot tell a lost line from a
+// hung guest. Retries are logged; a failure ends with the guest's console.
+func awaitReply(t *testing.T, ctx context.Context, m vmm.Machine, dir, line, want string) {
+	t.Helper()
+	const perAttempt = 20 * time.Second
+	var got string
+	var lastErr error
+	for ctx.Err() == nil {
+		actx, cancel := context.WithTimeout(ctx, perAttempt)
+		c, err := m.DialAgent(actx)
+		if err == nil {
+			got, err = exchange(actx, c, line)
+			c.Close()
+		}
+		cancel()
+		switch {
+		case err == nil && got == want:
+			return
+		case err != nil:
+			lastErr = err
+			t.Logf("%q: no answer in %v (%v); asking again on a new connection", line, perAttempt, err)
+		default:
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	console, _ := os.ReadFile(filepath.Join(dir, consoleLog))
+	t.Fatalf("guest never answered %q with %q: last answer %q, last error %v; console:\n%s", line, want, got, lastErr, console)
 }
