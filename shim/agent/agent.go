@@ -85,6 +85,9 @@ type Options struct {
 	// ProcSys is where sysctls are written (SetupSpec.Settings); default
 	// /proc/sys. Tests that run the agent on a host replace it.
 	ProcSys string
+	// Proc is where the guest kernel's devices and misc files are read
+	// (checkGuestDevices); default /proc.
+	Proc string
 }
 
 // Agent serves the protocol of package proto for one machine. Its processes
@@ -136,6 +139,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.ProcSys == "" {
 		opts.ProcSys = "/proc/sys"
+	}
+	if opts.Proc == "" {
+		opts.Proc = "/proc"
 	}
 	a := &Agent{
 		log:        opts.Logger,

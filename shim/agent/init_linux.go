@@ -284,15 +284,15 @@ func prepareRoot(cfg initConfig) error {
 			return fmt.Errorf("mount %s on %s: %w", m.fstype, target, err)
 		}
 	}
-	if err := populateDev(filepath.Join(root, "dev")); err != nil {
+	if err := populateDev(filepath.Join(root, "dev"), cfg.Devices); err != nil {
 		return err
 	}
 	return bindEtcFiles(root, cfg.EtcDir, cfg.ReadOnly)
 }
 
 // populateDev creates the device nodes and links runc puts in a
-// container's /dev.
-func populateDev(dev string) error {
+// container's /dev, then the --device nodes (which may replace them).
+func populateDev(dev string, extra []proto.Device) error {
 	old := unix.Umask(0)
 	defer unix.Umask(old)
 	nodes := []struct {
@@ -316,6 +316,27 @@ func populateDev(dev string) error {
 	for _, l := range links {
 		if err := os.Symlink(l[0], filepath.Join(dev, l[1])); err != nil {
 			return fmt.Errorf("create /dev/%s: %w", l[1], err)
+		}
+	}
+	for _, d := range extra {
+		// The host checked that d.Path is under /dev; this /dev is a tmpfs
+		// made above, holding nothing the image put there.
+		rel, ok := strings.CutPrefix(filepath.Clean(d.Path), "/dev/")
+		if !ok || !filepath.IsLocal(rel) {
+			return fmt.Errorf("create device %s: not under /dev", d.Path)
+		}
+		path := filepath.Join(dev, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("create device %s: %w", d.Path, err)
+		}
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("create device %s: %w", d.Path, err)
+		}
+		if err := unix.Mknod(path, unix.S_IFCHR|d.Mode&0o7777, int(unix.Mkdev(d.Major, d.Minor))); err != nil {
+			return fmt.Errorf("create device %s: %w", d.Path, err)
+		}
+		if err := os.Lchown(path, int(d.UID), int(d.GID)); err != nil {
+			return fmt.Errorf("create device %s: %w", d.Path, err)
 		}
 	}
 	return nil

@@ -173,9 +173,10 @@ type initConfig struct {
 	// ShmSize, ReadOnly and InitBinary carry the main process's share of
 	// proto.ContainerSettings; InitBinary is the agent's own binary, bound
 	// at dockerInitPath for --init.
-	ShmSize    int64  `json:"shmSize,omitempty"`
-	ReadOnly   bool   `json:"readOnly,omitempty"`
-	InitBinary string `json:"initBinary,omitempty"`
+	ShmSize    int64          `json:"shmSize,omitempty"`
+	ReadOnly   bool           `json:"readOnly,omitempty"`
+	InitBinary string         `json:"initBinary,omitempty"`
+	Devices    []proto.Device `json:"devices,omitempty"`
 	// Exe, when set, is run instead of the program Process.Args[0] names
 	// (OpWarm's /proc/self/exe).
 	Exe string `json:"exe,omitempty"`
@@ -215,7 +216,10 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	}
 	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Process: spec}
 	if settings != nil {
-		cfg.ShmSize, cfg.ReadOnly = settings.ShmSize, settings.ReadOnly
+		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
+		if err := checkGuestDevices(a.opts.Proc, settings.Devices); err != nil {
+			return nil, &agentError{proto.KindInvalid, err.Error()}
+		}
 		if settings.Init {
 			exe, err := os.Executable()
 			if err != nil {

@@ -19,6 +19,22 @@ type ContainerSettings struct {
 	// Init runs the main process under a minimal init as PID 1 (--init),
 	// which forwards signals to it and reaps orphans.
 	Init bool `json:"init,omitempty"`
+	// Devices are the --device nodes the agent makes in the container's
+	// /dev. A node names the guest kernel's device of that number: a VM
+	// gets no host hardware, so only devices the guest kernel drives
+	// itself (null, zero, random, tty, ...) can be given.
+	Devices []Device `json:"devices,omitempty"`
+}
+
+// Device is one character device node: where it goes in the container,
+// its numbers, and the permission bits and owner of the host's node.
+type Device struct {
+	Path  string `json:"path"`
+	Major uint32 `json:"major"`
+	Minor uint32 `json:"minor"`
+	Mode  uint32 `json:"mode"`
+	UID   uint32 `json:"uid"`
+	GID   uint32 `json:"gid"`
 }
 
 // Rlimit is one --ulimit: Type is Docker's name ("nofile", "nproc", ...,
