@@ -195,6 +195,12 @@ func discardVM(machine vmm.Machine, client *host.Client) {
 // attached. Callers hold c.mu.
 func (c *ctr) bootVM(ctx context.Context, withNetwork bool, main *proto.ProcessSpec) (_ vmm.Machine, _ *host.Client, _ *shares, _ *host.Process, err error) {
 	m := c.m
+	var devices []proto.Device
+	if main != nil {
+		if devices, err = gatherDevices(c.rec.HostConfig.Devices); err != nil {
+			return nil, nil, nil, nil, err
+		}
+	}
 	layers, err := m.images.Layers(ctx, c.rec.ImageID)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("layers of %s: %w", c.rec.ImageID, err)
@@ -229,7 +235,9 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, main *proto.ProcessS
 		}
 	}()
 	var nets []vmm.Net
-	setup := proto.SetupSpec{Mounts: mountSpecs, Settings: containerSettings(c.rec.HostConfig),
+	settings := containerSettings(c.rec.HostConfig)
+	settings.Devices = devices
+	setup := proto.SetupSpec{Mounts: mountSpecs, Settings: settings,
 		Hostname: c.rec.Config.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
 		Hosts: hostsFile(c.rec.Config.Hostname),
 	}
