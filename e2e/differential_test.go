@@ -147,6 +147,10 @@ func scenarios() []scenario {
 		// system
 		{name: "info os", args: a("info", "--format", "{{.OSType}} {{.Architecture}}")},
 		{name: "version api", args: a("version", "--format", "{{.Server.APIVersion}}")},
+		// --device
+		{name: "run device", args: a("run", "--rm", "--device", "/dev/null:/dev/sub/xnull:r", "{img}", "stat", "-c", "%F %t:%T %a %u:%g", "/dev/sub/xnull")},
+		{name: "run device missing", args: a("run", "--rm", "--device", "/nonexistent", "{img}", "true")},
+		{name: "run device not a node", args: a("run", "--rm", "--device", "/etc/passwd", "{img}", "true")},
 		// swarm mode and plugins: neither daemon has them
 		{name: "plugin ls", args: a("plugin", "ls")},
 		{name: "plugin inspect unknown", args: a("plugin", "inspect", "nope")},

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/husk-vm/husk/e2e/testimages"
 )
@@ -109,4 +113,47 @@ func TestResourceFlags(t *testing.T) {
 // compare equal.
 func collapseSpaces(s string) string {
 	return regexp.MustCompile(`[ \t]+`).ReplaceAllString(s, " ")
+}
+
+// TestDevices runs --device: a host character device becomes a node of
+// the same numbers, mode and owner at the container path (a directory's
+// nodes under it), for the main process and its execs alike. In a husk
+// VM the node is the guest kernel's device, so one the guest kernel does
+// not drive, and any block device, is refused at start.
+func TestDevices(t *testing.T) {
+	s := requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, "--device", "/dev/null:/dev/sub/xnull:r", "--device", "/dev/zero", img, "sleep", "1000")
+	const script = `stat -c '%n %F %t:%T %a %u:%g' /dev/sub/xnull /dev/zero; echo x > /dev/sub/xnull; head -c 3 /dev/zero | od -An -tx1`
+	want := "/dev/sub/xnull character special file 1:3 666 0:0\n/dev/zero character special file 1:5 666 0:0\n 00 00 00\n"
+	if got := mustDocker(t, "exec", name, "sh", "-c", script); got != want {
+		t.Errorf("an exec sees the devices as %q, want %q", got, want)
+	}
+	mustDocker(t, "rm", "-f", name)
+	if s.Kind != "huskd" {
+		return
+	}
+	dir := t.TempDir()
+	for _, n := range []struct {
+		name string
+		mode uint32
+		dev  int
+	}{{"tun", unix.S_IFCHR | 0o666, int(unix.Mkdev(10, 200))}, {"loop", unix.S_IFBLK | 0o660, int(unix.Mkdev(7, 0))}} {
+		if err := unix.Mknod(filepath.Join(dir, n.name), n.mode, n.dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ dev, msg string }{
+		{filepath.Join(dir, "tun") + ":/dev/net/tun", "device /dev/net/tun: the guest kernel has no driver for character device 10:200 (a husk VM has none of the host's hardware)"},
+		{filepath.Join(dir, "loop"), fmt.Sprintf("error gathering device information while adding custom device %q: %s is a block device, and a husk VM's block devices are its own disks", filepath.Join(dir, "loop"), filepath.Join(dir, "loop"))},
+	} {
+		r := docker(t, "run", "--rm", "--name", name, "--device", c.dev, img, "true")
+		if want := "docker: Error response from daemon: " + c.msg + "\n\nRun 'docker run --help' for more information\n"; r.Code != 125 || r.Stderr != want {
+			t.Errorf("run --device %s: exit %d, stderr %q, want 125 and %q", c.dev, r.Code, r.Stderr, want)
+		}
+		if got := mustDocker(t, "ps", "-a", "-q", "--filter", "name=^"+name+"$"); got != "" {
+			t.Errorf("run --rm --device %s left a container: %q", c.dev, got)
+		}
+	}
 }
