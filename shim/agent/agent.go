@@ -340,6 +340,8 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			return nil
 		}
 		return a.answerExit(sess, s, p)
+	case proto.OpSocketConnect:
+		return a.socketConnect(ctx, s, req.ID)
 	case proto.OpShutdown:
 		return a.shutdown(ctx, s)
 	case proto.OpWarm:

@@ -35,6 +35,8 @@ type mounter struct {
 	// tmpfs lists the tmpfs mount points among mounted, which archive
 	// operations do not see (see hiddenFromArchive).
 	tmpfs []string
+	// sockets are the MountSocket listeners, by tag.
+	sockets map[string]*socketListener
 }
 
 // hiddenFromArchive returns the mount points that docker cp must not look
@@ -133,6 +135,8 @@ func (m *mounter) applyOne(rootfd int, spec proto.MountSpec) error {
 		return nil
 	case proto.MountVirtiofs:
 		return m.applyShare(rootfd, spec, flags)
+	case proto.MountSocket:
+		return m.applySocket(rootfd, spec)
 	}
 	return fmt.Errorf("unknown mount type %q", spec.Type)
 }
@@ -186,6 +190,10 @@ func (m *mounter) applyShare(rootfd int, spec proto.MountSpec, flags uintptr) er
 // release unmounts everything apply mounted, last first, before the
 // container root itself is released.
 func (m *mounter) release() error {
+	for _, l := range m.sockets {
+		l.close()
+	}
+	m.sockets = nil
 	var errs []error
 	for i := len(m.mounted) - 1; i >= 0; i-- {
 		p := m.mounted[i]

@@ -14,7 +14,8 @@ const (
 // applied in order, so a parent comes before what is mounted inside it.
 type MountSpec struct {
 	Type string `json:"type"`
-	// Tag names the virtio-fs device (MountVirtiofs).
+	// Tag names the virtio-fs device (MountVirtiofs), or the forwarded
+	// socket (MountSocket) in OpSocketConnect requests.
 	Tag string `json:"tag,omitempty"`
 	// Path is what to mount from the share, relative to its root; ""
 	// mounts the whole share. A file share holds its file under a name
