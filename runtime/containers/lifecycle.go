@@ -346,6 +346,8 @@ func dialOnce(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
 // clients, then records the exit and takes the VM down.
 func (c *ctr) monitor(r *run) {
 	ctx := context.Background()
+	fwdCtx, stopForwarding := context.WithCancel(ctx)
+	forwarding := c.forwardSockets(fwdCtx, r)
 	var pumps sync.WaitGroup
 	for _, stream := range []string{"stdout", "stderr"} {
 		pumps.Add(1)
@@ -361,6 +363,8 @@ func (c *ctr) monitor(r *run) {
 		waitErr = lostProcess(r, waitErr)
 	}
 	exitedAt := time.Now()
+	stopForwarding()
+	forwarding.Wait()
 	pumps.Wait()
 	if err := c.log.Flush(); err != nil {
 		c.m.log.Error("flush log", "id", c.rec.ID[:12], "err", err)

@@ -54,6 +54,10 @@ type Mount struct {
 	// Hidden keeps a mount out of inspect's Mounts, where dockerd does
 	// not show it (--tmpfs).
 	Hidden bool `json:",omitempty"`
+	// Socket: the bind source was a unix socket at the last start, so
+	// the guest got a socket huskd forwards to it (sockets.go) rather
+	// than a virtio-fs share.
+	Socket bool `json:",omitempty"`
 }
 
 // shared reports whether the mount is served by virtio-fs.
@@ -477,7 +481,7 @@ func (c *ctr) startShares(ctx context.Context, vmDir string) (_ *shares, _ []vmm
 	}()
 	var devs []vmm.Share
 	var specs []proto.MountSpec
-	for _, mp := range c.rec.Mounts {
+	for i, mp := range c.rec.Mounts {
 		if mp.Type == mount.TypeTmpfs {
 			specs = append(specs, proto.MountSpec{Type: proto.MountTmpfs, Target: mp.Destination, ReadOnly: !mp.RW, Options: mp.Options})
 			continue
@@ -498,6 +502,11 @@ func (c *ctr) startShares(ctx context.Context, vmDir string) (_ *shares, _ []vmm
 				return nil, nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid mount config for type \"bind\": bind source path does not exist: %s", src))
 			}
 			return nil, nil, nil, fmt.Errorf("mount source %s: %w", src, err)
+		}
+		c.rec.Mounts[i].Socket = mp.Type == mount.TypeBind && st.Mode()&fs.ModeSocket != 0
+		if c.rec.Mounts[i].Socket {
+			specs = append(specs, proto.MountSpec{Type: proto.MountSocket, Tag: socketTag(i), Target: mp.Destination})
+			continue
 		}
 		n := len(sh.servers)
 		name, tag := fmt.Sprintf("fs%d", n), fmt.Sprintf("husk%d", n)
