@@ -260,3 +260,34 @@ func TestVolumeSurvivesDaemonCrash(t *testing.T) {
 		t.Errorf("virtiofsd still running after rm -f: %q", left)
 	}
 }
+
+// TestSocketBindMount: the daemon's own socket bind-mounted into a
+// container, as testcontainers' Ryuk and docker-in-docker tools do, with
+// the docker CLI beside it. From inside, the CLI reaches the daemon: it
+// lists the container itself, runs a sibling container (a hijacked attach
+// that half-closes stdin) and makes several connections at once. On huskd
+// the guest's socket is the agent's, each connection carried to the host
+// socket.
+func TestSocketBindMount(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	sock, ok := strings.CutPrefix(suite.DockerHost, "unix://")
+	if !ok {
+		t.Fatalf("daemon host %q is not a unix socket", suite.DockerHost)
+	}
+	cli, err := filepath.Abs(suite.DockerCLI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, "-v", sock+":/var/run/docker.sock", "-v", cli+":/usr/local/bin/docker:ro", img, "sleep", "1000")
+	script := `test -S /var/run/docker.sock && echo socket; ` +
+		`docker ps --filter name=^` + name + `$ --format '{{.Names}} {{.State}}'; ` +
+		`echo sibling | docker run --rm -i ` + img + ` cat; ` +
+		`for i in 1 2 3; do docker version --format '{{.Server.Os}}' > /tmp/v$i & done; wait; cat /tmp/v1 /tmp/v2 /tmp/v3`
+	want := "socket\n" + name + " running\nsibling\nlinux\nlinux\nlinux\n"
+	if got := mustDocker(t, "exec", name, "sh", "-c", script); got != want {
+		t.Errorf("docker inside the container printed %q, want %q", got, want)
+	}
+	mustDocker(t, "rm", "-f", name)
+}
