@@ -310,6 +310,9 @@ func (c *ctr) setUpAndStart(ctx context.Context, client *host.Client, setup prot
 // hello until the agent is up); only a broken one is dialled again, since a
 // per-attempt timeout would never be long enough on a loaded host.
 func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	exited := vmm.Exited(ctx, machine)
 	var lastErr error
 	for {
 		client, err := dialOnce(ctx, machine)
@@ -320,6 +323,8 @@ func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("guest agent not ready: %w", lastErr)
+		case <-exited:
+			return nil, fmt.Errorf("guest agent not ready: the VMM (pid %d) exited: %w", machine.PID(), lastErr)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -917,13 +922,16 @@ var signals = map[string]syscall.Signal{
 	"XCPU": syscall.SIGXCPU, "XFSZ": syscall.SIGXFSZ,
 }
 
+// minGuestMiB is the least guest RAM a container VM gets, whatever its
+// --memory: below it the guest cannot boot. Debian's cloud kernel with
+// husk's initramfs ran out of memory at boot in 64 MiB (a panic while it
+// set up tracefs) and booted busybox in 80 MiB; 96 leaves the container
+// a little room.
+const minGuestMiB = 96
+
 func memoryMiB(hc *container.HostConfig, def int) int {
 	if hc != nil && hc.Memory > 0 {
-		mib := int(hc.Memory >> 20)
-		if mib < 64 {
-			mib = 64
-		}
-		return mib
+		return max(int(hc.Memory>>20), minGuestMiB)
 	}
 	return def
 }

@@ -555,6 +555,9 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 
 // connect opens an agent session, retrying while the guest boots.
 func connect(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	exited := vmm.Exited(ctx, machine)
 	var lastErr error
 	for {
 		conn, err := machine.DialAgent(ctx)
@@ -572,6 +575,8 @@ func connect(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("guest agent not ready: %w", lastErr)
+		case <-exited:
+			return nil, fmt.Errorf("guest agent not ready: the VMM (pid %d) exited: %w", machine.PID(), lastErr)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
