@@ -64,6 +64,7 @@ func TestValidateResources(t *testing.T) {
 		{container.HostConfig{Resources: container.Resources{Ulimits: []*container.Ulimit{{Name: "bogus", Soft: 1, Hard: 1}}}}, "invalid ulimit type: bogus"},
 		{container.HostConfig{Resources: container.Resources{Ulimits: []*container.Ulimit{{Name: "nofile", Soft: 2048, Hard: 1024}}}}, "ulimit soft limit must be less than or equal to hard limit: 2048 > 1024"},
 		{container.HostConfig{Resources: container.Resources{PidsLimit: &limit}}, "husk does not support --pids-limit yet: the guest has no pids cgroup for the container"},
+		{container.HostConfig{Resources: container.Resources{Memory: 4 << 20}}, "Minimum memory limit allowed is 6MB"},
 	}
 	for _, tt := range tests {
 		err := validateResources(&tt.hc)
