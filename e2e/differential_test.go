@@ -147,6 +147,9 @@ func scenarios() []scenario {
 		// system
 		{name: "info os", args: a("info", "--format", "{{.OSType}} {{.Architecture}}")},
 		{name: "version api", args: a("version", "--format", "{{.Server.APIVersion}}")},
+		// --memory: dockerd's floor; a husk guest gets at least the RAM it boots in
+		{name: "run memory below 6MB", args: a("run", "--rm", "-m", "4m", "{img}", "true")},
+		{name: "run small memory", args: a("run", "--rm", "-m", "8m", "{img}", "echo", "ok")},
 		// --device
 		{name: "run device", args: a("run", "--rm", "--device", "/dev/null:/dev/sub/xnull:r", "{img}", "stat", "-c", "%F %t:%T %a %u:%g", "/dev/sub/xnull")},
 		{name: "run device missing", args: a("run", "--rm", "--device", "/nonexistent", "{img}", "true")},
