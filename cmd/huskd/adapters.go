@@ -97,7 +97,7 @@ func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
 	host, _ := os.Hostname()
 	var mem unix.Sysinfo_t
 	_ = unix.Sysinfo(&mem)
-	runtimeName := "husk-" + s.vmm
+	runtimeName := containers.RuntimeName(s.vmm)
 	return system.Info{
 		ID:                 "husk",
 		Containers:         running + paused + stopped,

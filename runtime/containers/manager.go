@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -245,6 +246,10 @@ func (m *Manager) lookup(ref string) (*ctr, error) {
 
 // Create makes a container: its record, its upper disk, and (once per image)
 // the image's base disk.
+// RuntimeName is the one runtime a daemon whose VMs run under the VMM
+// driver vmmName reports (docker info's Runtimes) and accepts (--runtime).
+func RuntimeName(vmmName string) string { return "husk-" + vmmName }
+
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container.CreateResponse, err error) {
 	if req.Config == nil {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("config cannot be empty in order to create a container")
@@ -278,6 +283,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	}
 	if err := validateHealthcheck(req.Config.Healthcheck); err != nil {
 		return resp, err
+	}
+	if wd := req.Config.WorkingDir; wd != "" && !path.IsAbs(wd) {
+		return resp, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("the working directory '%s' is invalid, it needs to be an absolute path", wd))
+	}
+	if hc.Runtime != "" && (m.guest.Driver == nil || hc.Runtime != RuntimeName(m.guest.Driver.Name())) {
+		return resp, errdefs.ErrInvalidArgument.WithMessage("Unknown runtime specified " + hc.Runtime)
 	}
 	name := strings.TrimPrefix(req.Name, "/")
 	nets, err := m.configureNetwork(hc, req.Networking)
