@@ -147,6 +147,8 @@ func scenarios() []scenario {
 		// system
 		{name: "info os", args: a("info", "--format", "{{.OSType}} {{.Architecture}}")},
 		{name: "version api", args: a("version", "--format", "{{.Server.APIVersion}}")},
+		{name: "run relative workdir", args: a("run", "--rm", "-w", "rel", "{img}", "true")},
+		{name: "run unknown runtime", args: a("run", "--rm", "--runtime", "nope", "{img}", "true")},
 		// --memory: dockerd's floor; a husk guest gets at least the RAM it boots in
 		{name: "run memory below 6MB", args: a("run", "--rm", "-m", "4m", "{img}", "true")},
 		{name: "run small memory", args: a("run", "--rm", "-m", "8m", "{img}", "echo", "ok")},
