@@ -54,16 +54,16 @@ var mkfsArgs = []string{"-q", "-F", "-t", "ext4", "-m", "0",
 // templates formatted with the old options.
 const templateVersion = "v1"
 
-// minUpperSize is the smallest upper accepted: room for the journal and
+// MinUpperSize is the smallest upper accepted: room for the journal and
 // the metadata with space left for the container.
-const minUpperSize = 64 << 20
+const MinUpperSize = 64 << 20
 
 // NewUpper creates a sparse writable ext4 disk at path with the given
 // apparent size. It fails with errdefs.ErrAlreadyExists if path exists,
 // rather than overwriting a container's data.
 func (s *Store) NewUpper(ctx context.Context, path string, size int64) error {
-	if size < minUpperSize {
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("upper disk size %d is below the minimum of %d bytes", size, minUpperSize))
+	if size < MinUpperSize {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("upper disk size %d is below the minimum of %d bytes", size, MinUpperSize))
 	}
 	tmpl, err := s.upperTemplate(ctx, size)
 	if err != nil {

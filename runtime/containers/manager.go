@@ -290,6 +290,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if hc.Runtime != "" && (m.guest.Driver == nil || hc.Runtime != RuntimeName(m.guest.Driver.Name())) {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("Unknown runtime specified " + hc.Runtime)
 	}
+	upperSize, err := upperSizeOf(hc.StorageOpt, m.guest.UpperSize)
+	if err != nil {
+		return resp, err
+	}
 	name := strings.TrimPrefix(req.Name, "/")
 	nets, err := m.configureNetwork(hc, req.Networking)
 	if err != nil {
@@ -350,7 +354,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if _, err := m.disks.EnsureBase(ctx, img.ID, layers); err != nil {
 		return resp, fmt.Errorf("build base disk for %s: %w", img.ID, err)
 	}
-	if err := m.disks.NewUpper(ctx, filepath.Join(dir, upperFile), m.guest.UpperSize); err != nil {
+	if err := m.disks.NewUpper(ctx, filepath.Join(dir, upperFile), upperSize); err != nil {
 		return resp, fmt.Errorf("create upper disk: %w", err)
 	}
 	path, args := entrypointAndArgs(cfg)
