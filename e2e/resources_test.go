@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -155,5 +156,29 @@ func TestDevices(t *testing.T) {
 		if got := mustDocker(t, "ps", "-a", "-q", "--filter", "name=^"+name+"$"); got != "" {
 			t.Errorf("run --rm --device %s left a container: %q", c.dev, got)
 		}
+	}
+}
+
+// TestStorageOptSize: --storage-opt size=N sizes the container's writable
+// disk, which is the root filesystem's free space as the container sees
+// it. dockerd's overlay2 can do this only over xfs with project quotas,
+// and refuses it on this machine.
+func TestStorageOptSize(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != "huskd" {
+		t.Skip("dockerd's overlay2 over ext4 refuses --storage-opt size")
+	}
+	img := pulled(t, testimages.Busybox)
+	out := mustDocker(t, "run", "--rm", "--storage-opt", "size=200M", img, "sh", "-c", "df -k / | tail -1")
+	fields := strings.Fields(out)
+	if len(fields) < 2 {
+		t.Fatalf("df printed %q", out)
+	}
+	if kb, err := strconv.Atoi(fields[1]); err != nil || kb > 200<<10 || kb < 150<<10 {
+		t.Errorf("root filesystem of %s KiB (%q), want a little under 200 MiB", fields[1], out)
+	}
+	want := "docker: Error response from daemon: Unknown option inodes\n\nRun 'docker run --help' for more information\n"
+	if r := docker(t, "run", "--rm", "--storage-opt", "inodes=100", img, "true"); r.Code != 125 || r.Stderr != want {
+		t.Errorf("run --storage-opt inodes=100: %+v", r)
 	}
 }
