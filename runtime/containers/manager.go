@@ -377,7 +377,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	m.mu.Unlock()
 	c.emit(events.ActionCreate, nil)
 	m.log.Info("container created", "id", id[:12], "name", name, "image", img.ID)
-	return container.CreateResponse{ID: id, Warnings: []string{}}, nil
+	return container.CreateResponse{ID: id, Warnings: createWarnings(hc)}, nil
 }
 
 const (

@@ -69,6 +69,12 @@ func validateResources(hc *container.HostConfig) error {
 			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("ulimit soft limit must be less than or equal to hard limit: %d > %d", u.Soft, u.Hard))
 		}
 	}
+	if hc.NanoCPUs > 0 && hc.CPUPeriod > 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("Conflicting options: Nano CPUs and CPU Period cannot both be set")
+	}
+	if hc.NanoCPUs > 0 && hc.CPUQuota > 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("Conflicting options: Nano CPUs and CPU Quota cannot both be set")
+	}
 	// dockerd's floor; husk's guests get at least minGuestMiB anyway.
 	if hc.Memory > 0 && hc.Memory < 6<<20 {
 		return errdefs.ErrInvalidArgument.WithMessage("Minimum memory limit allowed is 6MB")
@@ -77,6 +83,23 @@ func validateResources(hc *container.HostConfig) error {
 		return errdefs.ErrInvalidArgument.WithMessage("husk does not support --pids-limit yet: the guest has no pids cgroup for the container")
 	}
 	return nil
+}
+
+// createWarnings are the warnings dockerd gives at create for flags that
+// do nothing: the guest has no blkio cgroup for the container, and an OOM
+// killer disabled without a memory limit protects nothing.
+func createWarnings(hc *container.HostConfig) []string {
+	warnings := []string{}
+	if hc.OomKillDisable != nil && *hc.OomKillDisable && hc.Memory == 0 {
+		warnings = append(warnings, "OOM killer is disabled for the container, but no memory limit is set, this can result in the system running out of resources.")
+	}
+	if hc.BlkioWeight > 0 {
+		warnings = append(warnings, "Your kernel does not support Block I/O weight or the cgroup is not mounted. Weight discarded.")
+	}
+	if len(hc.BlkioWeightDevice) > 0 {
+		warnings = append(warnings, "Your kernel does not support Block I/O weight_device or the cgroup is not mounted. Weight-device discarded.")
+	}
+	return warnings
 }
 
 // normalizeCapabilities writes capability names as dockerd stores them

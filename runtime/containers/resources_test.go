@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/blkiodev"
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/husk-vm/husk/shim/proto"
@@ -65,6 +66,8 @@ func TestValidateResources(t *testing.T) {
 		{container.HostConfig{Resources: container.Resources{Ulimits: []*container.Ulimit{{Name: "nofile", Soft: 2048, Hard: 1024}}}}, "ulimit soft limit must be less than or equal to hard limit: 2048 > 1024"},
 		{container.HostConfig{Resources: container.Resources{PidsLimit: &limit}}, "husk does not support --pids-limit yet: the guest has no pids cgroup for the container"},
 		{container.HostConfig{Resources: container.Resources{Memory: 4 << 20}}, "Minimum memory limit allowed is 6MB"},
+		{container.HostConfig{Resources: container.Resources{NanoCPUs: 1e9, CPUPeriod: 50000}}, "Conflicting options: Nano CPUs and CPU Period cannot both be set"},
+		{container.HostConfig{Resources: container.Resources{NanoCPUs: 1e9, CPUQuota: 50000}}, "Conflicting options: Nano CPUs and CPU Quota cannot both be set"},
 	}
 	for _, tt := range tests {
 		err := validateResources(&tt.hc)
@@ -80,5 +83,25 @@ func TestValidateResources(t *testing.T) {
 	}
 	if !slices.Equal(hc.CapAdd, []string{"CAP_NET_ADMIN", "ALL"}) || hc.ShmSize != 64<<20 {
 		t.Errorf("normalised to CapAdd %v, ShmSize %d", hc.CapAdd, hc.ShmSize)
+	}
+}
+
+func TestCreateWarnings(t *testing.T) {
+	disable := true
+	for _, tt := range []struct {
+		hc   container.HostConfig
+		want []string
+	}{
+		{container.HostConfig{}, []string{}},
+		{container.HostConfig{Resources: container.Resources{OomKillDisable: &disable}},
+			[]string{"OOM killer is disabled for the container, but no memory limit is set, this can result in the system running out of resources."}},
+		{container.HostConfig{Resources: container.Resources{OomKillDisable: &disable, Memory: 100 << 20}}, []string{}},
+		{container.HostConfig{Resources: container.Resources{BlkioWeight: 300, BlkioWeightDevice: []*blkiodev.WeightDevice{{Path: "/dev/null", Weight: 100}}}},
+			[]string{"Your kernel does not support Block I/O weight or the cgroup is not mounted. Weight discarded.",
+				"Your kernel does not support Block I/O weight_device or the cgroup is not mounted. Weight-device discarded."}},
+	} {
+		if got := createWarnings(&tt.hc); !slices.Equal(got, tt.want) || got == nil {
+			t.Errorf("%+v: warnings %q, want %q", tt.hc.Resources, got, tt.want)
+		}
 	}
 }
