@@ -149,6 +149,9 @@ func scenarios() []scenario {
 		{name: "version api", args: a("version", "--format", "{{.Server.APIVersion}}")},
 		{name: "run relative workdir", args: a("run", "--rm", "-w", "rel", "{img}", "true")},
 		{name: "run unknown runtime", args: a("run", "--rm", "--runtime", "nope", "{img}", "true")},
+		{name: "run oom-kill-disable without memory", args: a("run", "--rm", "--oom-kill-disable", "{img}", "true")},
+		{name: "run blkio weight", args: a("run", "--rm", "--blkio-weight", "300", "{img}", "true")},
+		{name: "run cpus with cpu-period", args: a("run", "--rm", "--cpus", "1", "--cpu-period", "50000", "{img}", "true")},
 		// --memory: dockerd's floor; a husk guest gets at least the RAM it boots in
 		{name: "run memory below 6MB", args: a("run", "--rm", "-m", "4m", "{img}", "true")},
 		{name: "run small memory", args: a("run", "--rm", "-m", "8m", "{img}", "echo", "ok")},
