@@ -67,24 +67,25 @@ func (c *ctr) forwardSocket(ctx context.Context, client *host.Client, tag, hostP
 			defer guest.Close()
 			var d net.Dialer
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			hc, err := d.DialContext(dctx, "unix", hostPath)
+			conn, err := d.DialContext(dctx, "unix", hostPath)
 			cancel()
 			if err != nil {
+				// The container sees its connection end at once.
 				log.Warn("connect to the host socket", "err", err)
 				return
 			}
-			host := hc.(*net.UnixConn)
-			defer host.Close()
-			stop := context.AfterFunc(ctx, func() { host.Close(); guest.Close() })
+			hostConn := conn.(*net.UnixConn)
+			defer hostConn.Close()
+			stop := context.AfterFunc(ctx, func() { hostConn.Close(); guest.Close() })
 			defer stop()
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				_, _ = io.Copy(guest, host)
+				_, _ = io.Copy(guest, hostConn)
 				_ = guest.CloseWrite()
 			}()
-			_, _ = io.Copy(host, guest)
-			_ = host.CloseWrite()
+			_, _ = io.Copy(hostConn, guest)
+			_ = hostConn.CloseWrite()
 			<-done
 		}()
 	}
