@@ -102,6 +102,10 @@ func writeArchive(w io.Writer, p string) error {
 		if err != nil {
 			return err
 		}
+		// tar has no type for a socket; dockerd's archive leaves them out.
+		if d.Type()&fs.ModeSocket != 0 {
+			return nil
+		}
 		rel := strings.TrimPrefix(strings.TrimPrefix(file, top), "/")
 		name := rebase
 		if rel != "" {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,7 +13,7 @@ import (
 
 // TestWriteArchiveModeTypeBits checks that archive headers carry the
 // st_mode file-type bits as dockerd's do (docker cp shows 0100640, not
-// 0640, to clients that read the header).
+// 0640, to clients that read the header), and that sockets are skipped.
 func TestWriteArchiveModeTypeBits(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o640); err != nil {
@@ -24,6 +25,13 @@ func TestWriteArchiveModeTypeBits(t *testing.T) {
 	if err := os.Chmod(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
+	// A socket (a forwarded socket mount, an app's) is left out, as
+	// dockerd's archive package does: tar has no type for it.
+	ln, err := net.Listen("unix", filepath.Join(dir, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
 	var b bytes.Buffer
 	if err := writeArchive(&b, dir); err != nil {
 		t.Fatal(err)
@@ -49,5 +57,8 @@ func TestWriteArchiveModeTypeBits(t *testing.T) {
 		if got[name] != mode {
 			t.Errorf("%s: mode %o, want %o (all: %v)", name, got[name], mode, got)
 		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("entries %v, want only %v", got, want)
 	}
 }
