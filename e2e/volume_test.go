@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"archive/tar"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -288,6 +291,23 @@ func TestSocketBindMount(t *testing.T) {
 	want := "socket\n" + name + " running\nsibling\nlinux\nlinux\nlinux\n"
 	if got := mustDocker(t, "exec", name, "sh", "-c", script); got != want {
 		t.Errorf("docker inside the container printed %q, want %q", got, want)
+	}
+	// docker cp of the directory holding the socket leaves the socket
+	// out (tar has no type for it).
+	var names []string
+	tr := tar.NewReader(strings.NewReader(mustDocker(t, "cp", name+":/var/run", "-")))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			if err != io.EOF {
+				t.Errorf("docker cp of /var/run: %v", err)
+			}
+			break
+		}
+		names = append(names, h.Name)
+	}
+	if !slices.Equal(names, []string{"run/"}) {
+		t.Errorf("docker cp of /var/run holds %q, want only run/", names)
 	}
 	mustDocker(t, "rm", "-f", name)
 }

@@ -102,10 +102,6 @@ func writeArchive(w io.Writer, p string) error {
 		if err != nil {
 			return err
 		}
-		// tar has no type for a socket; dockerd's archive leaves them out.
-		if d.Type()&fs.ModeSocket != 0 {
-			return nil
-		}
 		rel := strings.TrimPrefix(strings.TrimPrefix(file, top), "/")
 		name := rebase
 		if rel != "" {
@@ -119,10 +115,17 @@ func writeArchive(w io.Writer, p string) error {
 	return tw.Close()
 }
 
+// addEntry writes file's header, and its content if it is a regular
+// file. A socket is left out, as dockerd's archive package does: tar has
+// no type for it. (Its directory entry may say otherwise: a socket mount
+// is a socket bound over an empty file.)
 func addEntry(tw *tar.Writer, file, name string, links map[[2]uint64]string) error {
 	fi, err := os.Lstat(file)
 	if err != nil {
 		return err
+	}
+	if fi.Mode()&fs.ModeSocket != 0 {
+		return nil
 	}
 	var target string
 	if fi.Mode()&fs.ModeSymlink != 0 {
