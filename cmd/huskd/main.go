@@ -68,6 +68,11 @@ func run(parent context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
 		return fmt.Errorf("create root %s: %w", cfg.Root, err)
 	}
+	lock, err := lockRoot(cfg.Root)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	host := vmmHost()
 	if err := checkVMM(cfg.VMM, host); err != nil {
 		return err
