@@ -66,7 +66,7 @@ func TestProcessEnv(t *testing.T) {
 			[]string{"HOSTNAME=mine", "PATH=/x"}},
 	}
 	for _, tt := range tests {
-		if got := processEnv(&tt.cfg); !slices.Equal(got, tt.want) {
+		if got := processEnv(&tt.cfg, nil); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
 	}

@@ -254,7 +254,7 @@ func (m *Manager) ExecStart(ctx context.Context, id string, opts ExecStartOption
 // working directory unless the exec overrides them, in the main process's
 // PID namespace.
 func (e *execInstance) processSpec(cfg *container.Config, hc *container.HostConfig) proto.ProcessSpec {
-	env := processEnv(&container.Config{Hostname: cfg.Hostname, Tty: e.opts.Tty, Env: cfg.Env})
+	env := processEnv(&container.Config{Hostname: cfg.Hostname, Tty: e.opts.Tty, Env: cfg.Env}, nil)
 	env = mergeEnv(env, e.opts.Env)
 	user, cwd := cfg.User, cfg.WorkingDir
 	if e.opts.User != "" {

@@ -54,6 +54,9 @@ type ctr struct {
 	restart restartState
 	// health runs the container's health probes while it runs (health.go).
 	health *healthMonitor
+	// linkHosts are the /etc/hosts entries of the --link targets for the
+	// boot under way (links.go).
+	linkHosts []string
 }
 
 // run is one boot of a container's VM.
@@ -155,8 +158,13 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 // main process. On error nothing is left running. Callers hold c.mu.
 func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	cfg := c.rec.Config
+	linkHosts, linkEnv, err := c.resolveLinks()
+	if err != nil {
+		return nil, err
+	}
+	c.linkHosts = linkHosts
 	machine, client, sh, proc, err := c.bootVM(ctx, true, &proto.ProcessSpec{
-		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg),
+		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg, linkEnv),
 		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
 		ConsoleSize:  consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
 		Rlimits:      containerRlimits(c.rec.HostConfig),
@@ -949,11 +957,14 @@ func cpus(hc *container.HostConfig, def int) int {
 }
 
 // processEnv is the main process's environment, as dockerd builds it.
-func processEnv(cfg *container.Config) []string {
+func processEnv(cfg *container.Config, linked []string) []string {
 	env := []string{"HOSTNAME=" + cfg.Hostname}
 	if cfg.Tty {
 		env = append(env, "TERM=xterm")
 	}
+	// As dockerd: the links' variables, then the container's own, which
+	// override them.
+	env = append(env, linked...)
 	env = mergeEnv(env, cfg.Env)
 	for _, kv := range env {
 		if strings.HasPrefix(kv, "PATH=") {

@@ -290,6 +290,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if hc.Runtime != "" && (m.guest.Driver == nil || hc.Runtime != RuntimeName(m.guest.Driver.Name())) {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("Unknown runtime specified " + hc.Runtime)
 	}
+	if err := m.validateLinks(hc.Links); err != nil {
+		return resp, err
+	}
 	upperSize, err := upperSizeOf(hc.StorageOpt, m.guest.UpperSize)
 	if err != nil {
 		return resp, err

@@ -3,6 +3,7 @@ package containers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -63,7 +64,8 @@ func (c *ctr) attachNetwork(ctx context.Context) (*husknet.Attachment, error) {
 		ContainerID: c.rec.ID, Name: c.rec.Name, Hostname: cfg.Hostname, Domainname: cfg.Domainname,
 		Networks:     c.rec.Networks,
 		PortBindings: hc.PortBindings, PublishAll: hc.PublishAllPorts, Exposed: cfg.ExposedPorts,
-		DNS: hc.DNS, DNSSearch: hc.DNSSearch, DNSOptions: hc.DNSOptions, ExtraHosts: hc.ExtraHosts,
+		DNS: hc.DNS, DNSSearch: hc.DNSSearch, DNSOptions: hc.DNSOptions,
+		ExtraHosts: append(slices.Clone(hc.ExtraHosts), c.linkHosts...),
 	})
 }
 

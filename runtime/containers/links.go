@@ -1,0 +1,129 @@
+package containers
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/network"
+)
+
+// Legacy links (--link NAME[:ALIAS]), as dockerd makes them: the linked
+// container must exist at create and run at start; the linking container
+// then finds it under the alias, its name and its short ID in /etc/hosts,
+// and, on the default bridge, in ALIAS_* environment variables naming its
+// address, exposed ports and environment. dockerd resolves links on a
+// user-defined network through its DNS server instead; an /etc/hosts
+// entry answers the same lookups.
+
+type link struct{ name, alias string }
+
+func parseLinks(specs []string) []link {
+	out := make([]link, 0, len(specs))
+	for _, s := range specs {
+		name, alias, ok := strings.Cut(s, ":")
+		name = strings.TrimPrefix(name, "/")
+		if !ok || alias == "" {
+			alias = name
+		}
+		// dockerd stores a link as "/target:/linker/alias".
+		out = append(out, link{name: name, alias: alias[strings.LastIndex(alias, "/")+1:]})
+	}
+	return out
+}
+
+// validateLinks refuses, at create, a link to a container that does not
+// exist.
+func (m *Manager) validateLinks(specs []string) error {
+	for _, l := range parseLinks(specs) {
+		if _, err := m.lookup(l.name); err != nil {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("could not get container for %s: %s", l.name, err.Error()))
+		}
+	}
+	return nil
+}
+
+// resolveLinks returns the /etc/hosts entries (ExtraHosts' "name:ip") and
+// the environment the container's links give it. It reads only what does
+// not change about the linked containers (ID, Config) and asks the
+// network manager for their addresses, so it never holds their locks:
+// two containers linked to each other may start at once. Callers hold
+// c.mu.
+func (c *ctr) resolveLinks() (hosts, env []string, err error) {
+	if c.m.net == nil {
+		return nil, nil, nil
+	}
+	own := make([]string, 0, len(c.rec.Networks))
+	for name := range c.rec.Networks {
+		own = append(own, name)
+	}
+	sort.Strings(own)
+	me := strings.TrimPrefix(c.rec.Name, "/")
+	for _, l := range parseLinks(c.rec.HostConfig.Links) {
+		t, err := c.m.lookup(l.name)
+		if err != nil {
+			return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("could not get container for %s: %s", l.name, err.Error()))
+		}
+		_, nets := c.m.net.Settings(t.rec.ID, nil, nil)
+		var ip, via string
+		for _, name := range own {
+			if ep := nets[name]; ep != nil && ep.IPAddress.IsValid() {
+				ip, via = ep.IPAddress.String(), name
+				break
+			}
+		}
+		if ip == "" {
+			if len(nets) == 0 {
+				return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Cannot link to a non running container: /%s AS /%s/%s", l.name, me, l.alias))
+			}
+			return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Cannot link to /%s, as it does not belong to the default network", l.name))
+		}
+		for _, h := range []string{l.alias, l.name, t.rec.ID[:12]} {
+			if entry := h + ":" + ip; !slices.Contains(hosts, entry) {
+				hosts = append(hosts, entry)
+			}
+		}
+		if via == "bridge" {
+			env = append(env, linkEnv(me, l.alias, ip, t.rec.Config.ExposedPorts, t.rec.Config.Env)...)
+		}
+	}
+	return hosts, env, nil
+}
+
+// linkEnv is dockerd's environment for one legacy link.
+func linkEnv(me, alias, ip string, exposed network.PortSet, targetEnv []string) []string {
+	prefix := strings.ReplaceAll(strings.ToUpper(alias), "-", "_")
+	env := []string{fmt.Sprintf("%s_NAME=/%s/%s", prefix, me, alias)}
+	ports := make([]network.Port, 0, len(exposed))
+	for p := range exposed {
+		ports = append(ports, p)
+	}
+	sort.Slice(ports, func(i, j int) bool {
+		if ports[i].Num() != ports[j].Num() {
+			return ports[i].Num() < ports[j].Num()
+		}
+		return ports[i].Proto() < ports[j].Proto()
+	})
+	if len(ports) > 0 {
+		p := ports[0]
+		env = append(env, fmt.Sprintf("%s_PORT=%s://%s:%d", prefix, p.Proto(), ip, p.Num()))
+	}
+	for _, p := range ports {
+		key := fmt.Sprintf("%s_PORT_%d_%s", prefix, p.Num(), strings.ToUpper(string(p.Proto())))
+		env = append(env,
+			fmt.Sprintf("%s=%s://%s:%d", key, p.Proto(), ip, p.Num()),
+			fmt.Sprintf("%s_ADDR=%s", key, ip),
+			fmt.Sprintf("%s_PORT=%d", key, p.Num()),
+			fmt.Sprintf("%s_PROTO=%s", key, p.Proto()))
+	}
+	for _, kv := range targetEnv {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "HOME" || k == "PATH" {
+			continue
+		}
+		env = append(env, fmt.Sprintf("%s_ENV_%s=%s", prefix, k, v))
+	}
+	return env
+}
