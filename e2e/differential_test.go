@@ -147,6 +147,7 @@ func scenarios() []scenario {
 		// system
 		{name: "info os", args: a("info", "--format", "{{.OSType}} {{.Architecture}}")},
 		{name: "version api", args: a("version", "--format", "{{.Server.APIVersion}}")},
+		{name: "run link unknown", args: a("run", "--rm", "--link", "nope:x", "{img}", "true")},
 		{name: "run relative workdir", args: a("run", "--rm", "-w", "rel", "{img}", "true")},
 		{name: "run unknown runtime", args: a("run", "--rm", "--runtime", "nope", "{img}", "true")},
 		{name: "run oom-kill-disable without memory", args: a("run", "--rm", "--oom-kill-disable", "{img}", "true")},

@@ -382,3 +382,42 @@ func TestUserNetworks(t *testing.T) {
 		t.Errorf("bridges left after prune: %v", got)
 	}
 }
+
+// TestLinks: legacy --link on the default bridge. The linked container
+// must exist at create and run at start; the linking one then resolves it
+// under the alias, its name and its short ID through /etc/hosts, and gets
+// dockerd's ALIAS_* variables for its address, exposed ports and
+// environment, its own -e winning over them.
+func TestLinks(t *testing.T) {
+	requireBridge(t)
+	img := pulled(t, testimages.Busybox)
+	target := containerName(t, "-db")
+	mustDocker(t, "run", "-d", "--name", target, "--expose", "5432", "-e", "FOO=bar", img, "sleep", "1000")
+	ip := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.NetworkSettings.IPAddress}}", target))
+	id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", target))[:12]
+	linker := containerName(t, "-web")
+	out := mustDocker(t, "run", "--rm", "--name", linker, "--link", target+":db", "-e", "DB_ENV_FOO=mine", img, "sh", "-c",
+		"for h in db "+target+" "+id+"; do awk -v h=$h '$2 == h {print $1}' /etc/hosts; done; env | grep ^DB_ | sort")
+	want := strings.Repeat(ip+"\n", 3) +
+		"DB_ENV_FOO=mine\n" +
+		"DB_NAME=/" + linker + "/db\n" +
+		"DB_PORT=tcp://" + ip + ":5432\n" +
+		"DB_PORT_5432_TCP=tcp://" + ip + ":5432\n" +
+		"DB_PORT_5432_TCP_ADDR=" + ip + "\n" +
+		"DB_PORT_5432_TCP_PORT=5432\n" +
+		"DB_PORT_5432_TCP_PROTO=tcp\n"
+	if out != want {
+		t.Errorf("the linking container sees\n%s\nwant\n%s", out, want)
+	}
+
+	mustDocker(t, "stop", "-t", "0", target)
+	r := docker(t, "run", "--rm", "--name", linker, "--link", target+":db", img, "true")
+	if want := "Cannot link to a non running container: /" + target + " AS /" + linker + "/db"; r.Code != 125 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("link to a stopped container: exit %d, %q; want 125 and %q", r.Code, r.Stderr, want)
+	}
+	r = docker(t, "run", "--rm", "--link", "e2e-no-such-container:db", img, "true")
+	if want := "could not get container for e2e-no-such-container: No such container: e2e-no-such-container"; r.Code != 125 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("link to a missing container: exit %d, %q; want 125 and %q", r.Code, r.Stderr, want)
+	}
+	mustDocker(t, "rm", "-f", target)
+}
