@@ -138,7 +138,7 @@ func (c *ctr) guestAgent(ctx context.Context) (*host.Client, func(), error) {
 		return c.guestAgent(ctx)
 	}
 	c.busy = true
-	machine, client, sh, _, err := c.bootVM(ctx, false, nil)
+	machine, client, sh, _, err := c.bootVM(ctx, false, nil, nil)
 	if err != nil {
 		c.busy = false
 		c.mu.Unlock()

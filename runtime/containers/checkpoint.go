@@ -389,8 +389,13 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint) (_ *run, 
 	}
 	c.rec.VMDir = vmDir
 	// The copy gets this container's own TAP, address and published
-	// ports; the guest is told below.
-	att, err := c.attachNetwork(ctx)
+	// ports, and /etc/hosts with its links' entries as at a start (their
+	// variables are in the restored memory); the guest is told below.
+	linkHosts, _, err := c.resolveLinks()
+	if err != nil {
+		return nil, err
+	}
+	att, err := c.attachNetwork(ctx, linkHosts)
 	if err != nil {
 		return nil, err
 	}

@@ -54,9 +54,6 @@ type ctr struct {
 	restart restartState
 	// health runs the container's health probes while it runs (health.go).
 	health *healthMonitor
-	// linkHosts are the /etc/hosts entries of the --link targets for the
-	// boot under way (links.go).
-	linkHosts []string
 }
 
 // run is one boot of a container's VM.
@@ -162,8 +159,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c.linkHosts = linkHosts
-	machine, client, sh, proc, err := c.bootVM(ctx, true, &proto.ProcessSpec{
+	machine, client, sh, proc, err := c.bootVM(ctx, true, linkHosts, &proto.ProcessSpec{
 		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg, linkEnv),
 		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
 		ConsoleSize:  consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
@@ -201,7 +197,7 @@ func discardVM(machine vmm.Machine, client *host.Client) {
 // booted only to reach the container's files has no network, and so binds
 // none of its published ports. On error nothing is left running or
 // attached. Callers hold c.mu.
-func (c *ctr) bootVM(ctx context.Context, withNetwork bool, main *proto.ProcessSpec) (_ vmm.Machine, _ *host.Client, _ *shares, _ *host.Process, err error) {
+func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, main *proto.ProcessSpec) (_ vmm.Machine, _ *host.Client, _ *shares, _ *host.Process, err error) {
 	m := c.m
 	var devices []proto.Device
 	if main != nil {
@@ -224,7 +220,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, main *proto.ProcessS
 	c.rec.VMDir = vmDir
 	var att *husknet.Attachment
 	if withNetwork {
-		if att, err = c.attachNetwork(ctx); err != nil {
+		if att, err = c.attachNetwork(ctx, linkHosts); err != nil {
 			return nil, nil, nil, nil, err
 		}
 		defer func() {

@@ -55,7 +55,7 @@ func (m *Manager) configureNetwork(hc *container.HostConfig, nc *network.Network
 
 // attachNetwork connects the container for a boot; nil without a Network.
 // Callers hold c.mu.
-func (c *ctr) attachNetwork(ctx context.Context) (*husknet.Attachment, error) {
+func (c *ctr) attachNetwork(ctx context.Context, linkHosts []string) (*husknet.Attachment, error) {
 	if c.m.net == nil {
 		return nil, nil
 	}
@@ -65,7 +65,7 @@ func (c *ctr) attachNetwork(ctx context.Context) (*husknet.Attachment, error) {
 		Networks:     c.rec.Networks,
 		PortBindings: hc.PortBindings, PublishAll: hc.PublishAllPorts, Exposed: cfg.ExposedPorts,
 		DNS: hc.DNS, DNSSearch: hc.DNSSearch, DNSOptions: hc.DNSOptions,
-		ExtraHosts: append(slices.Clone(hc.ExtraHosts), c.linkHosts...),
+		ExtraHosts: append(slices.Clone(hc.ExtraHosts), linkHosts...),
 	})
 }
 
