@@ -309,46 +309,9 @@ func (c *ctr) setUpAndStart(ctx context.Context, client *host.Client, setup prot
 	return s.proc, s.err
 }
 
-// connectAgent dials the agent until it answers: the guest is booting. One
-// connection gets the whole deadline (the session handshake repeats its
-// hello until the agent is up); only a broken one is dialled again, since a
-// per-attempt timeout would never be long enough on a loaded host.
+// connectAgent opens a session with the booting or restored guest's agent.
 func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	exited := vmm.Exited(ctx, machine)
-	var lastErr error
-	for {
-		client, err := dialOnce(ctx, machine)
-		if err == nil {
-			return client, nil
-		}
-		lastErr = err
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("guest agent not ready: %w", lastErr)
-		case <-exited:
-			return nil, fmt.Errorf("guest agent not ready: the VMM (pid %d) exited: %w", machine.PID(), lastErr)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func dialOnce(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
-	conn, err := machine.DialAgent(ctx)
-	if err != nil {
-		return nil, err
-	}
-	client, err := host.New(conn)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	if _, err := client.Ping(ctx); err != nil {
-		client.Close()
-		return nil, err
-	}
-	return client, nil
+	return host.Connect(ctx, machine, 50*time.Millisecond)
 }
 
 // monitor pumps the main process's output into the log and attached

@@ -555,31 +555,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 
 // connect opens an agent session, retrying while the guest boots.
 func connect(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	exited := vmm.Exited(ctx, machine)
-	var lastErr error
-	for {
-		conn, err := machine.DialAgent(ctx)
-		if err == nil {
-			var client *host.Client
-			if client, err = host.New(conn); err != nil {
-				conn.Close()
-			} else if _, err = client.Ping(ctx); err != nil {
-				client.Close()
-			} else {
-				return client, nil
-			}
-		}
-		lastErr = err
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("guest agent not ready: %w", lastErr)
-		case <-exited:
-			return nil, fmt.Errorf("guest agent not ready: the VMM (pid %d) exited: %w", machine.PID(), lastErr)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return host.Connect(ctx, machine, 20*time.Millisecond)
 }
 
 // park leaves the VM's agent waiting at the start of a session

@@ -119,16 +119,3 @@ type Machine interface {
 	// Cleanup removes what the driver created in Dir. Call after exit.
 	Cleanup() error
 }
-
-// Exited returns a channel closed when m's process exits before ctx ends,
-// for loops that wait on the guest (dialling its agent while it boots) to
-// stop at once when the VMM is gone: a guest that panics at boot, say.
-func Exited(ctx context.Context, m Machine) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		if m.Wait(ctx) == nil {
-			close(ch)
-		}
-	}()
-	return ch
-}
