@@ -43,9 +43,10 @@ func (s *server) initSwarmRoutes() {
 	}
 
 	s.handle(http.MethodGet, "/plugins", s.listPlugins)
-	s.handle(http.MethodGet, "/plugins/privileges", refuse(errdefs.ErrNotImplemented.WithMessage("plugins are not supported by husk")))
-	s.handle(http.MethodPost, "/plugins/pull", refuse(errdefs.ErrNotImplemented.WithMessage("plugins are not supported by husk")))
-	s.handle(http.MethodPost, "/plugins/create", refuse(errdefs.ErrNotImplemented.WithMessage("plugins are not supported by husk")))
+	noPlugins := errdefs.ErrNotImplemented.WithMessage("plugins are not supported by husk")
+	s.handle(http.MethodGet, "/plugins/privileges", refuse(noPlugins))
+	s.handle(http.MethodPost, "/plugins/pull", refuse(noPlugins))
+	s.handle(http.MethodPost, "/plugins/create", refuse(noPlugins))
 	s.handle(http.MethodGet, "/plugins/{name}/json", noPlugin)
 	s.handle(http.MethodDelete, "/plugins/{name}", noPlugin)
 	for _, action := range []string{"enable", "disable", "push", "set", "upgrade"} {

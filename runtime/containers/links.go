@@ -34,12 +34,21 @@ func parseLinks(specs []string) []link {
 	return out
 }
 
+// linked finds a link's target, with dockerd's error when it is missing.
+func (m *Manager) linked(l link) (*ctr, error) {
+	t, err := m.lookup(l.name)
+	if err != nil {
+		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("could not get container for %s: %s", l.name, err.Error()))
+	}
+	return t, nil
+}
+
 // validateLinks refuses, at create, a link to a container that does not
 // exist.
 func (m *Manager) validateLinks(specs []string) error {
 	for _, l := range parseLinks(specs) {
-		if _, err := m.lookup(l.name); err != nil {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("could not get container for %s: %s", l.name, err.Error()))
+		if _, err := m.linked(l); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -62,9 +71,9 @@ func (c *ctr) resolveLinks() (hosts, env []string, err error) {
 	sort.Strings(own)
 	me := strings.TrimPrefix(c.rec.Name, "/")
 	for _, l := range parseLinks(c.rec.HostConfig.Links) {
-		t, err := c.m.lookup(l.name)
+		t, err := c.m.linked(l)
 		if err != nil {
-			return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("could not get container for %s: %s", l.name, err.Error()))
+			return nil, nil, err
 		}
 		_, nets := c.m.net.Settings(t.rec.ID, nil, nil)
 		var ip, via string
