@@ -76,8 +76,8 @@ func validateResources(hc *container.HostConfig) error {
 		return errdefs.ErrInvalidArgument.WithMessage("Conflicting options: Nano CPUs and CPU Quota cannot both be set")
 	}
 	// dockerd's floor; husk's guests get at least minGuestMiB anyway.
-	if hc.Memory > 0 && hc.Memory < 6<<20 {
-		return errdefs.ErrInvalidArgument.WithMessage("Minimum memory limit allowed is 6MB")
+	if hc.Memory > 0 && hc.Memory < minMemory {
+		return errMinMemory
 	}
 	if hc.PidsLimit != nil && *hc.PidsLimit > 0 {
 		return errdefs.ErrInvalidArgument.WithMessage("husk does not support --pids-limit yet: the guest has no pids cgroup for the container")

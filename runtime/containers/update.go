@@ -11,8 +11,11 @@ import (
 	"github.com/moby/moby/api/types/events"
 )
 
-// minMemory is dockerd's smallest memory limit on Linux.
+// minMemory is dockerd's smallest memory limit on Linux, and
+// errMinMemory its refusal of a smaller one, at create and update.
 const minMemory = 6 << 20
+
+var errMinMemory = errdefs.ErrInvalidArgument.WithMessage("Minimum memory limit allowed is 6MB")
 
 // UpdateOptions are POST /containers/{id}/update's body.
 type UpdateOptions struct {
@@ -71,7 +74,7 @@ func validateUpdate(opts UpdateOptions) error {
 	}
 	r := opts.Resources
 	if r.Memory != 0 && r.Memory < minMemory {
-		return errdefs.ErrInvalidArgument.WithMessage("Minimum memory limit allowed is 6MB")
+		return errMinMemory
 	}
 	if n := int64(runtime.NumCPU()); r.NanoCPUs < 0 || r.NanoCPUs > n*1e9 || (r.NanoCPUs > 0 && r.NanoCPUs < 1e7) {
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Range of CPUs is from 0.01 to %d.00, as there are only %d CPUs available", n, n))
