@@ -541,6 +541,12 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) error {
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	if s := spec.Settings; s != nil {
+		if err := checkGuestDevices(a.opts.Proc, s.Devices); err != nil {
+			_ = a.opts.Rootfs.Unmount(ctx)
+			return &agentError{proto.KindInvalid, err.Error()}
+		}
+	}
 	if s := spec.Settings; s != nil && len(s.Sysctls) > 0 {
 		if err := applySysctls(a.opts.ProcSys, s.Sysctls); err != nil {
 			_ = a.opts.Rootfs.Unmount(ctx)

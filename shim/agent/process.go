@@ -217,9 +217,6 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Process: spec}
 	if settings != nil {
 		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
-		if err := checkGuestDevices(a.opts.Proc, settings.Devices); err != nil {
-			return nil, &agentError{proto.KindInvalid, err.Error()}
-		}
 		if settings.Init {
 			exe, err := os.Executable()
 			if err != nil {
