@@ -389,12 +389,22 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		}
 		// The host detaches by closing its side, or its session ends; stop
 		// sending at once so the rest stays here for the next attachment.
+		var spec proto.OutputSpec
+		if req.Output != nil {
+			spec = *req.Output
+		}
 		go func() {
-			_, _ = io.Copy(io.Discard, s.r)
+			if spec.Ack {
+				if err := out.readAcks(s.r, s); err != nil {
+					a.log.Warn("output acknowledgements", "id", p.id, "op", req.Op, "err", err)
+				}
+			} else {
+				_, _ = io.Copy(io.Discard, s.r)
+			}
 			s.Close()
 			out.detach(s)
 		}()
-		if err := out.sendTo(s); err != nil {
+		if err := out.sendTo(s, spec); err != nil {
 			a.log.Debug("output attachment ended", "id", p.id, "op", req.Op, "err", err)
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -372,6 +373,44 @@ func (p *Process) attachOutput(ctx context.Context, op proto.Op) (io.ReadCloser,
 	}
 	p.setPid(resp.Pid)
 	return output{cl}, nil
+}
+
+// AckedOutput is an output attachment whose reader acknowledges what it
+// has stored: the agent keeps every byte until then, so a host that dies
+// between reading and storing loses nothing (the next attachment, with
+// resend, is sent it again).
+type AckedOutput struct {
+	*call
+	ack [proto.AckSize]byte
+}
+
+// Ack says that total bytes of this attachment are stored. Read and Ack
+// may be called from one goroutine only.
+func (o *AckedOutput) Ack(total int64) error {
+	binary.BigEndian.PutUint64(o.ack[:], uint64(total))
+	_, err := o.st.Write(o.ack[:])
+	return err
+}
+
+// AckedStdout attaches to stdout as Stdout does, acknowledging. With
+// resend, bytes an earlier attachment read but never acknowledged come
+// again; without, they count as taken.
+func (p *Process) AckedStdout(ctx context.Context, resend bool) (*AckedOutput, error) {
+	return p.attachAcked(ctx, proto.OpStdout, resend)
+}
+
+// AckedStderr is AckedStdout for stderr.
+func (p *Process) AckedStderr(ctx context.Context, resend bool) (*AckedOutput, error) {
+	return p.attachAcked(ctx, proto.OpStderr, resend)
+}
+
+func (p *Process) attachAcked(ctx context.Context, op proto.Op, resend bool) (*AckedOutput, error) {
+	cl, resp, err := p.c.do(ctx, proto.Request{Op: op, ID: p.id, Output: &proto.OutputSpec{Ack: true, Resend: resend}})
+	if err != nil {
+		return nil, err
+	}
+	p.setPid(resp.Pid)
+	return &AckedOutput{call: cl}, nil
 }
 
 // Stdin attaches to the process's stdin (started with Stdin set). Closing

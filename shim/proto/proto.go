@@ -23,9 +23,12 @@
 //   - OpWait: one Response with Exit set, sent when the process has exited
 //     (at once if it already has).
 //   - OpStdout, OpStderr: after the Response, raw bytes of that stream until
-//     the process closes it; then the agent closes the stream. Output is held
+//     the process closes it; then the agent closes its side. Output is held
 //     in the guest until a host stream takes it, so nothing is lost between
-//     start and attach or across a session change.
+//     start and attach or across a session change. With Output.Ack the host
+//     writes acknowledgements back (see OutputSpec) and the agent holds
+//     bytes until they are acknowledged, so nothing is lost across a host
+//     that dies between reading bytes and storing them either.
 //   - OpStdin: after the Response, the host writes raw bytes; closing its
 //     side of the stream closes the process's stdin.
 //
@@ -76,7 +79,29 @@ type Request struct {
 	// Interface is the argument of OpAddInterface and OpRemoveInterface
 	// (netplug.go).
 	Interface *InterfaceChangeSpec `json:"interface,omitempty"`
+	// Output is the argument of OpStdout and OpStderr; nil is the zero
+	// spec.
+	Output *OutputSpec `json:"output,omitempty"`
 }
+
+// OutputSpec says how an output attachment hands bytes over.
+type OutputSpec struct {
+	// Ack: the host acknowledges what it has stored by writing, on the
+	// stream, the number of bytes of this attachment stored so far as an
+	// 8-byte big-endian integer (AckSize), as often as it likes. The agent
+	// drops bytes only once acknowledged, and after the process closes the
+	// stream it waits for the last acknowledgement before ending.
+	Ack bool `json:"ack,omitempty"`
+	// Resend: bytes an earlier attachment was sent but did not
+	// acknowledge are sent again, because the host that read them died
+	// before storing them. Without it they count as taken: after a
+	// checkpoint restore the snapshot's unacknowledged bytes were stored by
+	// the run that took the checkpoint.
+	Resend bool `json:"resend,omitempty"`
+}
+
+// AckSize is the size of one output acknowledgement.
+const AckSize = 8
 
 // Response is the agent's answer line.
 type Response struct {
