@@ -259,7 +259,9 @@ func TestDaemonCrashKeepsContainerRunning(t *testing.T) {
 	}
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
-	mustDocker(t, "run", "-d", "--name", name, img, "sh", "-c", "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.2; done")
+	// Output comes fast, so that the crash likely lands while a line is
+	// between the guest and the log file.
+	mustDocker(t, "run", "-d", "--name", name, img, "sh", "-c", "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.01; done")
 	eventually(t, "first output", func() string {
 		if strings.Contains(docker(t, "logs", name).Stdout, "line 3\n") {
 			return ""

@@ -69,6 +69,9 @@ type run struct {
 	// checkpointed is set when a checkpoint ends the run (Exit): the VM
 	// is killed on purpose and the exit is recorded as a kill, not a loss.
 	checkpointed atomic.Bool
+	// resend: the guest's output was read by a daemon that died; what it
+	// never acknowledged storing is sent again.
+	resend bool
 }
 
 type waiter struct {
@@ -402,24 +405,53 @@ func lostProcess(r *run, err error) error {
 }
 
 // pump copies one output stream of the main process to the log and to
-// every attached client.
+// every attached client. It acknowledges what the log has stored (a partial
+// line held in memory is not) so that the agent keeps what a crash of this
+// daemon would lose, for the next daemon to read again.
 func (c *ctr) pump(ctx context.Context, r *run, stream string) error {
 	var (
-		rc  io.ReadCloser
+		out *host.AckedOutput
 		err error
 	)
 	if stream == "stdout" {
-		rc, err = r.proc.Stdout(ctx)
+		out, err = r.proc.AckedStdout(ctx, r.resend)
 	} else {
-		rc, err = r.proc.Stderr(ctx)
+		out, err = r.proc.AckedStderr(ctx, r.resend)
 	}
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
+	defer out.Close()
 	w := io.MultiWriter(c.log.Writer(stream), c.hub.writer(stream))
-	_, err = io.Copy(w, rc)
-	return err
+	buf := make([]byte, 32<<10)
+	var read, acked int64
+	for {
+		n, err := out.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			read += int64(n)
+		}
+		stored := read - int64(c.log.Pending(stream))
+		if errors.Is(err, io.EOF) {
+			// The stream is complete: its partial line is the run's last
+			// and is written out when the run ends.
+			stored = read
+		}
+		if stored > acked {
+			if aerr := out.Ack(stored); aerr != nil && err == nil {
+				return fmt.Errorf("acknowledge output: %w", aerr)
+			}
+			acked = stored
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // teardown closes the main process's stdin and takes the VM down. The
@@ -816,7 +848,7 @@ func (c *ctr) reattach(ctx context.Context) error {
 		return err
 	}
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), shares: c.m.findShares(c.rec.VMDir),
-		exited: make(chan struct{})}
+		exited: make(chan struct{}), resend: true}
 	if c.rec.Config.OpenStdin {
 		if r.stdin, err = r.proc.Stdin(ctx); err != nil {
 			c.m.log.Warn("reopen stdin", "id", c.rec.ID[:12], "err", err)

@@ -95,6 +95,14 @@ func (l *File) write(stream string, p []byte) error {
 	return nil
 }
 
+// Pending is how many bytes of stream are held as a partial line, not yet
+// in the file: what a writer has stored is what it wrote less these.
+func (l *File) Pending(stream string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.partial[stream])
+}
+
 // emit writes one entry and hands it to followers. Callers hold l.mu.
 func (l *File) emit(stream string, data []byte) error {
 	e := Entry{Stream: stream, Time: l.now().UTC(), Data: append([]byte(nil), data...)}
