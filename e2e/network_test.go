@@ -409,6 +409,17 @@ func TestLinks(t *testing.T) {
 	if out != want {
 		t.Errorf("the linking container sees\n%s\nwant\n%s", out, want)
 	}
+	// An exec gets the links' variables too, and inspect names the link
+	// as dockerd stores it.
+	mustDocker(t, "run", "-d", "--name", linker, "--link", target+":db", "-e", "DB_ENV_FOO=mine", img, "sleep", "1000")
+	envWant := want[strings.Index(want, "DB_"):]
+	if got := mustDocker(t, "exec", linker, "sh", "-c", "env | grep ^DB_ | sort"); got != envWant {
+		t.Errorf("an exec in the linking container sees\n%s\nwant\n%s", got, envWant)
+	}
+	if got, want := mustDocker(t, "inspect", "-f", "{{json .HostConfig.Links}}", linker), `["/`+target+`:/`+linker+`/db"]`+"\n"; got != want {
+		t.Errorf("HostConfig.Links = %s, want %s", got, want)
+	}
+	mustDocker(t, "rm", "-f", linker)
 
 	mustDocker(t, "stop", "-t", "0", target)
 	r := docker(t, "run", "--rm", "--name", linker, "--link", target+":db", img, "true")

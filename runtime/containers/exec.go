@@ -43,6 +43,8 @@ type execInstance struct {
 	id   string
 	c    *ctr
 	opts ExecOptions
+	// linkEnv is what the container's links add to the environment.
+	linkEnv []string
 
 	mu      sync.Mutex
 	started bool
@@ -122,11 +124,15 @@ func (m *Manager) ExecCreate(ctx context.Context, ref string, opts ExecOptions) 
 	if err := c.checkExecutable(ref); err != nil {
 		return "", err
 	}
+	linkEnv, err := c.linkEnv()
+	if err != nil {
+		return "", err
+	}
 	id, err := newID()
 	if err != nil {
 		return "", err
 	}
-	m.execs.add(&execInstance{id: id, c: c, opts: opts, launched: make(chan struct{}), done: make(chan struct{})})
+	m.execs.add(&execInstance{id: id, c: c, opts: opts, linkEnv: linkEnv, launched: make(chan struct{}), done: make(chan struct{})})
 	c.emit(execAction(events.ActionExecCreate, opts.Cmd), map[string]string{"execID": id})
 	return id, nil
 }
@@ -143,6 +149,16 @@ func (c *ctr) checkExecutable(ref string) error {
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container before exec", ref))
 	}
 	return nil
+}
+
+// linkEnv is the environment the container's links give an exec: dockerd
+// gives execs the link variables the main process got, resolved at exec
+// create.
+func (c *ctr) linkEnv() ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, env, err := c.resolveLinks()
+	return env, err
 }
 
 // ExecStart runs an exec. Attached, it returns when the process has ended
@@ -254,7 +270,7 @@ func (m *Manager) ExecStart(ctx context.Context, id string, opts ExecStartOption
 // working directory unless the exec overrides them, in the main process's
 // PID namespace.
 func (e *execInstance) processSpec(cfg *container.Config, hc *container.HostConfig) proto.ProcessSpec {
-	env := processEnv(&container.Config{Hostname: cfg.Hostname, Tty: e.opts.Tty, Env: cfg.Env}, nil)
+	env := processEnv(&container.Config{Hostname: cfg.Hostname, Tty: e.opts.Tty, Env: cfg.Env}, e.linkEnv)
 	env = mergeEnv(env, e.opts.Env)
 	user, cwd := cfg.User, cfg.WorkingDir
 	if e.opts.User != "" {

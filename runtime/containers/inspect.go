@@ -27,6 +27,7 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 	state := rec.State
 	cfg := *rec.Config
 	hc := *rec.HostConfig
+	hc.Links = c.shownLinks()
 	// The logs are stored in dockerd's json-file format; clients such as
 	// docker-py read the driver from here to decide whether logs exist.
 	if hc.LogConfig.Type == "" {

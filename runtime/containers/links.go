@@ -43,6 +43,38 @@ func (m *Manager) linked(l link) (*ctr, error) {
 	return t, nil
 }
 
+// shownLinks is HostConfig.Links as dockerd's inspect shows it:
+// "/target:/linker/alias" for each link whose target still exists, the
+// target under its current name. Callers hold c.mu.
+func (c *ctr) shownLinks() []string {
+	var out []string
+	for _, l := range parseLinks(c.rec.HostConfig.Links) {
+		t, err := c.m.linked(l)
+		if err != nil {
+			continue
+		}
+		name := c.m.nameOf(t)
+		if name == "" {
+			continue
+		}
+		out = append(out, "/"+name+":/"+c.rec.Name+"/"+l.alias)
+	}
+	return out
+}
+
+// nameOf is c's current name, read under the manager's lock (a rename
+// changes it), or "" once c is gone.
+func (m *Manager) nameOf(c *ctr) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, other := range m.byName {
+		if other == c {
+			return name
+		}
+	}
+	return ""
+}
+
 // validateLinks refuses, at create, a link to a container that does not
 // exist.
 func (m *Manager) validateLinks(specs []string) error {
