@@ -425,17 +425,17 @@ func (s *Service) loadEntry(ctx context.Context, e archiveEntry, lookup func(str
 			return "", err
 		}
 		l := layerRecord{Digest: h, MediaType: mt, Size: size, DiffID: cfg.RootFS.DiffIDs[i]}
-		if n, known := s.knownDiff(h, l.DiffID); known {
-			l.UncompressedSize = n
+		if sizes, known := s.knownDiff(h, l.DiffID); known {
+			l.UncompressedSize, l.ContentSize = sizes.UncompressedSize, sizes.ContentSize
 		} else {
 			id := shortID(l.DiffID.String())
-			n, err := s.checkDiffID(ctx, l, func(cur int64) {
+			sizes, err := s.checkDiffID(ctx, l, func(cur int64) {
 				out.progress(id, "Loading layer", cur, size)
 			}, true)
 			if err != nil {
 				return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid diffID for layer %d: %v", i, err))
 			}
-			l.UncompressedSize = n
+			l.UncompressedSize, l.ContentSize = sizes.UncompressedSize, sizes.ContentSize
 		}
 		layers[i] = l
 		m.Layers = append(m.Layers, ociDescriptor{MediaType: mt, Digest: h, Size: size})

@@ -27,14 +27,17 @@ type LayerInfo struct {
 	Size             int64   // of the blob as stored
 	DiffID           v1.Hash // of the uncompressed tar
 	UncompressedSize int64
+	// ContentSize is the layer's size as dockerd reports it (contentSize);
+	// nil where it is not known.
+	ContentSize *int64
 }
 
 func (l LayerInfo) record() layerRecord {
-	return layerRecord{Digest: l.Digest, MediaType: l.MediaType, Size: l.Size, DiffID: l.DiffID, UncompressedSize: l.UncompressedSize}
+	return layerRecord{Digest: l.Digest, MediaType: l.MediaType, Size: l.Size, DiffID: l.DiffID, UncompressedSize: l.UncompressedSize, ContentSize: l.ContentSize}
 }
 
 func (r layerRecord) info() LayerInfo {
-	return LayerInfo{Digest: r.Digest, MediaType: r.MediaType, Size: r.Size, DiffID: r.DiffID, UncompressedSize: r.UncompressedSize}
+	return LayerInfo{Digest: r.Digest, MediaType: r.MediaType, Size: r.Size, DiffID: r.DiffID, UncompressedSize: r.UncompressedSize, ContentSize: r.ContentSize}
 }
 
 // LayerInfos returns the layers of the image ref resolves to, base first.
@@ -76,9 +79,15 @@ func (s *Service) PutLayer(ctx context.Context, r io.Reader) (LayerInfo, error) 
 		return LayerInfo{}, fmt.Errorf("start layer compression: %w", err)
 	}
 	diff := sha256.New()
-	n, err := io.Copy(io.MultiWriter(zw, diff), ctxReader{ctx: ctx, r: r})
+	content := newContentSize()
+	n, err := io.Copy(io.MultiWriter(zw, diff, content), ctxReader{ctx: ctx, r: r})
 	if err != nil {
+		content.abort()
 		return LayerInfo{}, fmt.Errorf("store layer: %w", err)
+	}
+	var contentSize *int64
+	if c, err := content.result(); err == nil {
+		contentSize = &c
 	}
 	if err := zw.Close(); err != nil {
 		return LayerInfo{}, fmt.Errorf("compress layer: %w", err)
@@ -87,6 +96,7 @@ func (s *Service) PutLayer(ctx context.Context, r io.Reader) (LayerInfo, error) 
 		MediaType:        types.OCILayer,
 		DiffID:           v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(diff.Sum(nil))},
 		UncompressedSize: n,
+		ContentSize:      contentSize,
 		Size:             w.Size(),
 		Digest:           w.Digest(),
 	}
@@ -170,7 +180,7 @@ func (s *Service) CreateImage(ctx context.Context, cfg v1.ConfigFile, layers []L
 	}
 	r := &record{ID: id, Manifest: mh, Layers: recs, Added: time.Now().UTC(), Parent: parent, config: parsed}
 	for _, l := range recs {
-		r.Size += l.UncompressedSize
+		r.Size += l.reportedSize()
 	}
 	if err := s.saveRecordLocked(r); err != nil {
 		return "", err

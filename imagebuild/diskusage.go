@@ -29,7 +29,7 @@ func (s *Service) DiskUsage(ctx context.Context) (layersSize int64, images []ima
 		for i, c := range ids {
 			refs[c]++
 			if i < len(r.Layers) {
-				sizes[c] = r.Layers[i].UncompressedSize
+				sizes[c] = r.Layers[i].reportedSize()
 			}
 		}
 	}
@@ -52,7 +52,7 @@ func (s *Service) DiskUsage(ctx context.Context) (layersSize int64, images []ima
 	return layersSize, images, nil
 }
 
-// ImageSize is the image's "Size", the sum of its uncompressed layers.
+// ImageSize is the image's "Size", the sum of its layers' reported sizes.
 func (s *Service) ImageSize(ctx context.Context, imageID string) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

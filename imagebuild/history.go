@@ -27,7 +27,7 @@ func (s *Service) History(ctx context.Context, ref string) ([]image.HistoryRespo
 		var size int64
 		if !h.EmptyLayer {
 			if layer < len(r.Layers) {
-				size = r.Layers[layer].UncompressedSize
+				size = r.Layers[layer].reportedSize()
 			}
 			layer++
 		}

@@ -96,6 +96,18 @@ type layerRecord struct {
 	Size             int64           `json:"size"`
 	DiffID           v1.Hash         `json:"diffID"`
 	UncompressedSize int64           `json:"uncompressedSize"`
+	// ContentSize is the size dockerd reports for the layer (see
+	// contentSize); records written before it was kept lack it.
+	ContentSize *int64 `json:"contentSize,omitempty"`
+}
+
+// reportedSize is the layer's size as image sizes, history and disk usage
+// show it.
+func (l layerRecord) reportedSize() int64 {
+	if l.ContentSize != nil {
+		return *l.ContentSize
+	}
+	return l.UncompressedSize
 }
 
 // New opens (creating if needed) the image store under opts.Root.

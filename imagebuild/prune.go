@@ -57,7 +57,7 @@ func (s *Service) Prune(ctx context.Context, filters map[string][]string, remove
 	for id, r := range s.images {
 		for i, c := range chainIDs(r.config.RootFS.DiffIDs) {
 			if i < len(r.Layers) {
-				layerSizes[c] = r.Layers[i].UncompressedSize
+				layerSizes[c] = r.Layers[i].reportedSize()
 			}
 		}
 		refs := s.sortedRefsLocked(id)

@@ -198,7 +198,7 @@ func (s *Service) commitImage(id string, manifest v1.Hash, layers []layerRecord,
 		r.Added, r.LastTagTime = old.Added, old.LastTagTime
 	}
 	for _, l := range layers {
-		r.Size += l.UncompressedSize
+		r.Size += l.reportedSize()
 	}
 	if err := s.saveRecordLocked(r); err != nil {
 		return "", err
@@ -289,14 +289,14 @@ func (s *Service) fetchLayers(ctx context.Context, img v1.Image, m *v1.Manifest,
 	for i := range m.Layers {
 		id := shortID(m.Layers[i].Digest.String())
 		if known[i] {
-			size, ok := s.knownDiff(recs[i].Digest, recs[i].DiffID)
+			known, ok := s.knownDiff(recs[i].Digest, recs[i].DiffID)
 			if !ok {
 				var err error
-				if size, err = s.checkDiffID(ctx, recs[i], nil, false); err != nil {
+				if known, err = s.checkDiffID(ctx, recs[i], nil, false); err != nil {
 					return nil, err
 				}
 			}
-			recs[i].UncompressedSize = size
+			recs[i].UncompressedSize, recs[i].ContentSize = known.UncompressedSize, known.ContentSize
 			continue
 		}
 		select {
@@ -307,13 +307,13 @@ func (s *Service) fetchLayers(ctx context.Context, img v1.Image, m *v1.Manifest,
 		if err := results[i].err; err != nil {
 			return nil, err
 		}
-		size, err := s.checkDiffID(ctx, recs[i], func(cur int64) {
+		sizes, err := s.checkDiffID(ctx, recs[i], func(cur int64) {
 			out.progress(id, "Extracting", cur, recs[i].Size)
 		}, true)
 		if err != nil {
 			return nil, err
 		}
-		recs[i].UncompressedSize = size
+		recs[i].UncompressedSize, recs[i].ContentSize = sizes.UncompressedSize, sizes.ContentSize
 		out.status(id, "Pull complete")
 	}
 	return recs, nil
@@ -351,30 +351,36 @@ func (s *Service) download(ctx context.Context, img v1.Image, d v1.Descriptor, o
 	return nil
 }
 
-// knownDiff returns the uncompressed size recorded for a blob by another
+// knownDiff returns the sizes recorded for a blob by another
 // image, if that image agrees on its diffID.
-func (s *Service) knownDiff(blob, diffID v1.Hash) (int64, bool) {
+func (s *Service) knownDiff(blob, diffID v1.Hash) (layerSizes, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.images {
 		for _, l := range r.Layers {
 			if l.Digest == blob && l.DiffID == diffID {
-				return l.UncompressedSize, true
+				return layerSizes{l.UncompressedSize, l.ContentSize}, true
 			}
 		}
 	}
-	return 0, false
+	return layerSizes{}, false
+}
+
+// layerSizes are what reading a layer's tar tells about it.
+type layerSizes struct {
+	UncompressedSize int64
+	ContentSize      *int64 // nil when the tar could not be read as one
 }
 
 // checkDiffID decompresses a stored layer, checks the digest of the tar
-// against l.DiffID and returns the tar's size. report, if set, sees the
+// against l.DiffID and returns the tar's sizes. report, if set, sees the
 // compressed bytes consumed. With cache, the tar is also kept in the
 // unpacked cache (unpacked.go) once its digest checked out; a failure to
 // cache it costs only speed.
-func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cur int64), cache bool) (int64, error) {
+func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cur int64), cache bool) (layerSizes, error) {
 	f, err := s.blobs.Open(l.Digest)
 	if err != nil {
-		return 0, err
+		return layerSizes{}, err
 	}
 	defer f.Close()
 	var src io.Reader = f
@@ -385,37 +391,45 @@ func (s *Service) checkDiffID(ctx context.Context, l layerRecord, report func(cu
 	}
 	rc, err := decompress(io.NopCloser(src))
 	if err != nil {
-		return 0, fmt.Errorf("layer %s: %w", l.Digest, err)
+		return layerSizes{}, fmt.Errorf("layer %s: %w", l.Digest, err)
 	}
 	defer rc.Close()
 	h := sha256.New()
-	var sink io.Writer = h
+	content := newContentSize()
+	defer content.abort() // a no-op after result
+	var sink io.Writer = io.MultiWriter(h, content)
 	var unpacked *unpackedWriter
 	if cache {
 		if unpacked, err = s.newUnpacked(l.Digest); err != nil {
 			s.log.Warn("layer not cached unpacked", "digest", l.Digest, "err", err)
 		} else {
 			defer unpacked.discard() // a no-op after keep
-			sink = io.MultiWriter(h, unpacked)
+			sink = io.MultiWriter(h, content, unpacked)
 		}
 	}
 	n, err := io.Copy(sink, ctxReader{ctx: ctx, r: rc})
 	if err != nil {
-		return 0, fmt.Errorf("read layer %s: %w", l.Digest, err)
+		return layerSizes{}, fmt.Errorf("read layer %s: %w", l.Digest, err)
 	}
 	if pr != nil {
 		pr.flush()
 	}
 	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
 	if got != l.DiffID {
-		return 0, fmt.Errorf("invalid diffID for layer %s: expected %q, got %q", l.Digest, l.DiffID, got)
+		return layerSizes{}, fmt.Errorf("invalid diffID for layer %s: expected %q, got %q", l.Digest, l.DiffID, got)
 	}
 	if unpacked != nil {
 		if err := unpacked.keep(); err != nil {
 			s.log.Warn("layer not cached unpacked", "digest", l.Digest, "err", err)
 		}
 	}
-	return n, nil
+	sizes := layerSizes{UncompressedSize: n}
+	if c, err := content.result(); err == nil {
+		sizes.ContentSize = &c
+	} else {
+		s.log.Warn("layer size reported as its tar's", "digest", l.Digest, "err", err)
+	}
+	return sizes, nil
 }
 
 func (s *Service) lease(hs ...v1.Hash) {
