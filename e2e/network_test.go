@@ -419,6 +419,17 @@ func TestLinks(t *testing.T) {
 	if got, want := mustDocker(t, "inspect", "-f", "{{json .HostConfig.Links}}", linker), `["/`+target+`:/`+linker+`/db"]`+"\n"; got != want {
 		t.Errorf("HostConfig.Links = %s, want %s", got, want)
 	}
+	mustDocker(t, "rename", target, target+"-renamed")
+	if got, want := mustDocker(t, "inspect", "-f", "{{json .HostConfig.Links}}", linker), `["/`+target+`-renamed:/`+linker+`/db"]`+"\n"; got != want {
+		t.Errorf("HostConfig.Links after the target's rename = %s, want %s", got, want)
+	}
+	// The link follows its target: a restart finds it under its new name.
+	mustDocker(t, "restart", "-t", "0", linker)
+	lookup := "awk -v h=" + target + "-renamed '{for (i = 2; i <= NF; i++) if ($i == h) print $1}' /etc/hosts"
+	if got := mustDocker(t, "exec", linker, "sh", "-c", lookup); got != ip+"\n" {
+		t.Errorf("the linker's hosts file after the target's rename and a restart gives %s-renamed %q, want %q", target, got, ip+"\n")
+	}
+	mustDocker(t, "rename", target+"-renamed", target)
 	mustDocker(t, "rm", "-f", linker)
 
 	mustDocker(t, "stop", "-t", "0", target)

@@ -18,7 +18,9 @@ import (
 // user-defined network through its DNS server instead; an /etc/hosts
 // entry answers the same lookups.
 
-type link struct{ name, alias string }
+// link is one --link: the target as named, the alias, and the target's
+// ID once bound.
+type link struct{ name, alias, id string }
 
 func parseLinks(specs []string) []link {
 	out := make([]link, 0, len(specs))
@@ -34,28 +36,44 @@ func parseLinks(specs []string) []link {
 	return out
 }
 
-// linked finds a link's target, with dockerd's error when it is missing.
+// linked finds a link's target, with dockerd's error when it is missing:
+// by ID where the link was bound to one at create, else by name.
 func (m *Manager) linked(l link) (*ctr, error) {
-	t, err := m.lookup(l.name)
+	ref := l.name
+	if l.id != "" {
+		ref = l.id
+	}
+	t, err := m.lookup(ref)
 	if err != nil {
 		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("could not get container for %s: %s", l.name, err.Error()))
 	}
 	return t, nil
 }
 
+// links are the container's links, bound to their targets' IDs where the
+// record has them. Callers hold c.mu.
+func (c *ctr) links() []link {
+	ls := parseLinks(c.rec.HostConfig.Links)
+	if len(c.rec.LinkIDs) == len(ls) {
+		for i := range ls {
+			ls[i].id = c.rec.LinkIDs[i]
+		}
+	}
+	return ls
+}
+
 // shownLinks is HostConfig.Links as dockerd's inspect shows it:
-// "/target:/linker/alias" for each link whose target still exists, the
-// target under its current name. Callers hold c.mu.
+// "/target:/linker/alias", the target under its current name (dockerd
+// 20.10 goes on showing a removed target under the name it last had; the
+// name the link was made with stands in for it). Callers hold c.mu.
 func (c *ctr) shownLinks() []string {
 	var out []string
-	for _, l := range parseLinks(c.rec.HostConfig.Links) {
-		t, err := c.m.linked(l)
-		if err != nil {
-			continue
-		}
-		name := c.m.nameOf(t)
-		if name == "" {
-			continue
+	for _, l := range c.links() {
+		name := l.name
+		if t, err := c.m.linked(l); err == nil {
+			if current := c.m.nameOf(t); current != "" {
+				name = current
+			}
 		}
 		out = append(out, "/"+name+":/"+c.rec.Name+"/"+l.alias)
 	}
@@ -75,15 +93,18 @@ func (m *Manager) nameOf(c *ctr) string {
 	return ""
 }
 
-// validateLinks refuses, at create, a link to a container that does not
-// exist.
-func (m *Manager) validateLinks(specs []string) error {
+// linkTargets refuses, at create, a link to a container that does not
+// exist, and returns the IDs of the links' targets.
+func (m *Manager) linkTargets(specs []string) ([]string, error) {
+	var ids []string
 	for _, l := range parseLinks(specs) {
-		if _, err := m.linked(l); err != nil {
-			return err
+		t, err := m.linked(l)
+		if err != nil {
+			return nil, err
 		}
+		ids = append(ids, t.rec.ID)
 	}
-	return nil
+	return ids, nil
 }
 
 // resolveLinks returns the /etc/hosts entries (ExtraHosts' "name:ip") and
@@ -102,26 +123,31 @@ func (c *ctr) resolveLinks() (hosts, env []string, err error) {
 	}
 	sort.Strings(own)
 	me := strings.TrimPrefix(c.rec.Name, "/")
-	for _, l := range parseLinks(c.rec.HostConfig.Links) {
+	for _, l := range c.links() {
 		t, err := c.m.linked(l)
 		if err != nil {
 			return nil, nil, err
 		}
+		// A renamed target is found under its current name too.
+		name := c.m.nameOf(t)
+		if name == "" {
+			name = l.name
+		}
 		_, nets := c.m.net.Settings(t.rec.ID, nil, nil)
 		var ip, via string
-		for _, name := range own {
-			if ep := nets[name]; ep != nil && ep.IPAddress.IsValid() {
-				ip, via = ep.IPAddress.String(), name
+		for _, netName := range own {
+			if ep := nets[netName]; ep != nil && ep.IPAddress.IsValid() {
+				ip, via = ep.IPAddress.String(), netName
 				break
 			}
 		}
 		if ip == "" {
 			if len(nets) == 0 {
-				return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Cannot link to a non running container: /%s AS /%s/%s", l.name, me, l.alias))
+				return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Cannot link to a non running container: /%s AS /%s/%s", name, me, l.alias))
 			}
-			return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Cannot link to /%s, as it does not belong to the default network", l.name))
+			return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Cannot link to /%s, as it does not belong to the default network", name))
 		}
-		for _, h := range []string{l.alias, l.name, t.rec.ID[:12]} {
+		for _, h := range []string{l.alias, t.rec.ID[:12], name} {
 			if entry := h + ":" + ip; !slices.Contains(hosts, entry) {
 				hosts = append(hosts, entry)
 			}

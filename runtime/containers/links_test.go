@@ -9,7 +9,7 @@ import (
 
 func TestParseLinks(t *testing.T) {
 	got := parseLinks([]string{"db:database", "/cache", "web:/me/front"})
-	want := []link{{"db", "database"}, {"cache", "cache"}, {"web", "front"}}
+	want := []link{{name: "db", alias: "database"}, {name: "cache", alias: "cache"}, {name: "web", alias: "front"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("links %v, want %v", got, want)
 	}

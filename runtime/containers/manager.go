@@ -138,6 +138,10 @@ type Record struct {
 	// Mounts are the container's volumes, binds and tmpfs mounts
 	// (mounts.go), parents first.
 	Mounts []Mount `json:",omitempty"`
+	// LinkIDs are the IDs of HostConfig.Links' targets, in its order: a
+	// link follows its target across a rename, as dockerd's does. Records
+	// written before it was kept find targets by name.
+	LinkIDs []string `json:",omitempty"`
 }
 
 const recordFile = "config.json"
@@ -290,7 +294,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if hc.Runtime != "" && (m.guest.Driver == nil || hc.Runtime != RuntimeName(m.guest.Driver.Name())) {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("Unknown runtime specified " + hc.Runtime)
 	}
-	if err := m.validateLinks(hc.Links); err != nil {
+	linkIDs, err := m.linkTargets(hc.Links)
+	if err != nil {
 		return resp, err
 	}
 	upperSize, err := upperSizeOf(hc.StorageOpt, m.guest.UpperSize)
@@ -363,7 +368,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	path, args := entrypointAndArgs(cfg)
 	rec := Record{
 		ID: id, Name: name, Created: time.Now().UTC(), Image: req.Config.Image, ImageID: img.ID,
-		Config: cfg, HostConfig: hc, Path: path, Args: args, Networks: nets, Mounts: mounts,
+		Config: cfg, HostConfig: hc, Path: path, Args: args, Networks: nets, Mounts: mounts, LinkIDs: linkIDs,
 		State: container.State{Status: container.StateCreated, StartedAt: zeroTime, FinishedAt: zeroTime},
 	}
 	c, err := m.newCtr(dir, rec)
