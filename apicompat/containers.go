@@ -15,6 +15,8 @@ import (
 	"github.com/moby/moby/api/types"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
+
+	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // validContainerName is dockerd's container name rule.
@@ -141,8 +143,10 @@ func (s *server) restartContainer(ctx context.Context, w http.ResponseWriter, r 
 	}
 	name := vars["name"]
 	if rs, ok := s.cfg.Containers.(restarter); ok {
+		// The backend words its own errors: an unknown container is
+		// plain "No such container", the rest "Cannot restart container".
 		if err := rs.Restart(ctx, name, signal, timeout); err != nil {
-			return fmt.Errorf("Cannot restart container %s: %w", name, err)
+			return err
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -162,6 +166,11 @@ func (s *server) killContainer(ctx context.Context, w http.ResponseWriter, r *ht
 		return err
 	}
 	name := vars["name"]
+	// dockerd's router reads the signal before it looks the container up,
+	// and says so without the kill prefix.
+	if _, err := containers.ParseSignal(r.Form.Get("signal"), 0); err != nil {
+		return err
+	}
 	if err := s.cfg.Containers.Kill(ctx, name, r.Form.Get("signal")); err != nil {
 		return fmt.Errorf("Cannot kill container: %s: %w", name, err) // dockerd 20.10's wording
 	}

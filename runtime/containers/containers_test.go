@@ -82,9 +82,9 @@ func TestParseSignal(t *testing.T) {
 		{"9", syscall.SIGKILL, false}, {"0", 0, true}, {"SIGNOPE", 0, true}, {"65", 0, true},
 	}
 	for _, tt := range tests {
-		got, err := parseSignal(tt.in, syscall.SIGTERM)
+		got, err := ParseSignal(tt.in, syscall.SIGTERM)
 		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("parseSignal(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+			t.Errorf("ParseSignal(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
 		}
 	}
 }

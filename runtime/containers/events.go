@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strconv"
 	"strings"
@@ -56,11 +57,16 @@ func signalAttrs(sig syscall.Signal) map[string]string {
 // Restart stops the container (if it runs) and starts it again, as
 // POST /containers/{id}/restart does, with dockerd's "restart" event.
 func (m *Manager) Restart(ctx context.Context, ref, signal string, timeout *int) error {
-	if err := m.Stop(ctx, ref, signal, timeout); err != nil && !errdefs.IsNotModified(err) {
+	// As dockerd: an unknown container is said plainly, what goes wrong
+	// after with the restart's prefix.
+	if _, err := m.lookup(ref); err != nil {
 		return err
 	}
+	if err := m.Stop(ctx, ref, signal, timeout); err != nil && !errdefs.IsNotModified(err) {
+		return fmt.Errorf("Cannot restart container %s: %w", ref, err)
+	}
 	if err := m.Start(ctx, ref); err != nil {
-		return err
+		return fmt.Errorf("Cannot restart container %s: %w", ref, err)
 	}
 	m.emitRef(ref, events.ActionRestart, nil)
 	return nil

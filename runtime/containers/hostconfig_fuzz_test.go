@@ -41,7 +41,7 @@ func FuzzHostConfig(f *testing.F) {
 		if err := container.ValidateRestartPolicy(hc.RestartPolicy); err != nil {
 			return
 		}
-		if sig, err := parseSignal(req.Config.StopSignal, syscall.SIGTERM); err != nil {
+		if sig, err := ParseSignal(req.Config.StopSignal, syscall.SIGTERM); err != nil {
 			clientError("stop signal", err)
 		} else if sig <= 0 || sig > 64 {
 			t.Fatalf("stop signal %q gave %d", req.Config.StopSignal, sig)

@@ -561,7 +561,7 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) (e
 	if signal == "" {
 		signal = stopSignal
 	}
-	sig, err := parseSignal(signal, syscall.SIGTERM)
+	sig, err := ParseSignal(signal, syscall.SIGTERM)
 	if err != nil {
 		return err
 	}
@@ -624,7 +624,7 @@ func (m *Manager) Kill(ctx context.Context, ref, signal string) error {
 	if err != nil {
 		return err
 	}
-	sig, err := parseSignal(signal, syscall.SIGKILL)
+	sig, err := ParseSignal(signal, syscall.SIGKILL)
 	if err != nil {
 		return err
 	}
@@ -893,7 +893,9 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	wg.Wait()
 }
 
-func parseSignal(s string, def syscall.Signal) (syscall.Signal, error) {
+// ParseSignal reads a signal as dockerd does, by name (with or without
+// SIG) or number; "" is def.
+func ParseSignal(s string, def syscall.Signal) (syscall.Signal, error) {
 	if s == "" {
 		return def, nil
 	}

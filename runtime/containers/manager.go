@@ -291,6 +291,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if wd := req.Config.WorkingDir; wd != "" && !path.IsAbs(wd) {
 		return resp, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("the working directory '%s' is invalid, it needs to be an absolute path", wd))
 	}
+	if s := req.Config.StopSignal; s != "" {
+		if _, err := ParseSignal(s, 0); err != nil {
+			return resp, err
+		}
+	}
 	if hc.Runtime != "" && (m.guest.Driver == nil || hc.Runtime != RuntimeName(m.guest.Driver.Name())) {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("Unknown runtime specified " + hc.Runtime)
 	}

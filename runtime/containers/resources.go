@@ -79,6 +79,12 @@ func validateResources(hc *container.HostConfig) error {
 	if hc.Memory > 0 && hc.Memory < minMemory {
 		return errMinMemory
 	}
+	if hc.Memory == 0 && hc.MemorySwap > 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("You should always set the Memory limit when using Memoryswap limit, see usage")
+	}
+	if hc.Memory > 0 && hc.MemorySwap > 0 && hc.MemorySwap < hc.Memory {
+		return errdefs.ErrInvalidArgument.WithMessage("Minimum memoryswap limit should be larger than memory limit, see usage")
+	}
 	if hc.PidsLimit != nil && *hc.PidsLimit > 0 {
 		return errdefs.ErrInvalidArgument.WithMessage("husk does not support --pids-limit yet: the guest has no pids cgroup for the container")
 	}
