@@ -305,7 +305,7 @@ func (l *VsockListener) Close() error { return unix.Close(l.fd) }
 
 // GuestRootfs builds the container root from the VM's disks: the image's
 // base ext4 read-only, the container's upper ext4 read-write, and an
-// overlay of the two.
+// overlay of the two with an init layer between them.
 type GuestRootfs struct {
 	// Dir holds base, upper and root; default /run/husk.
 	Dir string
@@ -352,7 +352,12 @@ func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, 
 			return "", fmt.Errorf("create %s: %w", p, err)
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", baseDir, up, work)
+	initDir := filepath.Join(d, "init")
+	if err := writeInitLayer(initDir, baseDir); err != nil {
+		g.unmount(baseDir, upperDir)
+		return "", err
+	}
+	opts := fmt.Sprintf("lowerdir=%s:%s,upperdir=%s,workdir=%s", initDir, baseDir, up, work)
 	if err := unix.Mount("overlay", rootDir, "overlay", 0, opts); err != nil {
 		g.unmount(baseDir, upperDir)
 		return "", fmt.Errorf("mount overlay: %w", err)

@@ -343,8 +343,9 @@ func populateDev(dev string, extra []proto.Device) error {
 }
 
 // bindEtcFiles bind-mounts the agent's hostname, hosts and resolv.conf over
-// the container's, creating the mount-point files when the image has none.
-// Images without /etc get nothing, and a symlink is left alone because its
+// the container's. A guest root's init layer (writeInitLayer) always has
+// them; elsewhere the mount-point files are created when missing, a root
+// without /etc gets nothing, and a symlink is left alone because its
 // target would be resolved outside the container root.
 func bindEtcFiles(root, etcDir string, readOnly bool) error {
 	if etcDir == "" {
