@@ -1,7 +1,12 @@
 package apicompat
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 
@@ -78,7 +83,7 @@ func (s *server) createNetwork(ctx context.Context, w http.ResponseWriter, r *ht
 		return err
 	}
 	var req network.CreateRequest
-	if err := readJSON(r, &req); err != nil {
+	if err := readNetworkCreate(r, &req); err != nil {
 		return err
 	}
 	// libnetwork's check, made before any other.
@@ -90,6 +95,54 @@ func (s *server) createNetwork(ctx context.Context, w http.ResponseWriter, r *ht
 		return err
 	}
 	return writeJSON(w, http.StatusCreated, resp)
+}
+
+// readNetworkCreate decodes a network create request. The API types hold
+// IPAM addresses as netip values, whose decoding error says nothing a user
+// can act on; the addresses are checked first as strings, in dockerd's
+// words.
+func readNetworkCreate(r *http.Request, req *network.CreateRequest) error {
+	if err := checkForJSON(r); err != nil {
+		return err
+	}
+	if r.Body == nil || r.ContentLength == 0 {
+		return nil
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return fmt.Errorf("read request: %w", err)
+	}
+	var raw struct {
+		IPAM *struct {
+			Config []struct{ Subnet, IPRange, Gateway string }
+		}
+	}
+	if json.Unmarshal(body, &raw) == nil && raw.IPAM != nil {
+		for _, c := range raw.IPAM.Config {
+			if err := checkIPAMConfig(c.Subnet, c.IPRange, c.Gateway); err != nil {
+				return err
+			}
+		}
+	}
+	return decodeJSONBody(bytes.NewReader(body), req)
+}
+
+// checkIPAMConfig is dockerd 20.10's check of one IPAM pool.
+func checkIPAMConfig(subnet, ipRange, gateway string) error {
+	if subnet != "" {
+		if _, _, err := net.ParseCIDR(subnet); err != nil {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid subnet %s : %v", subnet, err))
+		}
+	}
+	if ipRange != "" {
+		if _, _, err := net.ParseCIDR(ipRange); err != nil {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid range %s : %v", ipRange, err))
+		}
+	}
+	if gateway != "" && net.ParseIP(gateway) == nil {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid gateway %s : %v", gateway, &net.ParseError{Type: "IP address", Text: gateway}))
+	}
+	return nil
 }
 
 func (s *server) pruneNetworks(ctx context.Context, w http.ResponseWriter, r *http.Request, _ map[string]string) error {

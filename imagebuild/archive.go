@@ -288,7 +288,8 @@ func (s *Service) Load(ctx context.Context, r io.Reader, progress func(jsonstrea
 			break
 		}
 		if err != nil {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid archive: %v", err))
+			// dockerd's words, less its untar helper's exit status.
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Error processing tar file: %v", err))
 		}
 		name := cleanArchivePath(hdr.Name)
 		switch hdr.Typeflag {

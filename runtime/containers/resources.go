@@ -75,18 +75,41 @@ func validateResources(hc *container.HostConfig) error {
 	if hc.NanoCPUs > 0 && hc.CPUQuota > 0 {
 		return errdefs.ErrInvalidArgument.WithMessage("Conflicting options: Nano CPUs and CPU Quota cannot both be set")
 	}
-	// dockerd's floor; husk's guests get at least minGuestMiB anyway.
-	if hc.Memory > 0 && hc.Memory < minMemory {
-		return errMinMemory
+	if err := checkResourceRanges(hc.Resources, false); err != nil {
+		return err
 	}
-	if hc.Memory == 0 && hc.MemorySwap > 0 {
-		return errdefs.ErrInvalidArgument.WithMessage("You should always set the Memory limit when using Memoryswap limit, see usage")
-	}
-	if hc.Memory > 0 && hc.MemorySwap > 0 && hc.MemorySwap < hc.Memory {
-		return errdefs.ErrInvalidArgument.WithMessage("Minimum memoryswap limit should be larger than memory limit, see usage")
+	if hc.OomScoreAdj < -1000 || hc.OomScoreAdj > 1000 {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid value %d, range for oom score adj is [-1000, 1000]", hc.OomScoreAdj))
 	}
 	if hc.PidsLimit != nil && *hc.PidsLimit > 0 {
 		return errdefs.ErrInvalidArgument.WithMessage("husk does not support --pids-limit yet: the guest has no pids cgroup for the container")
+	}
+	return nil
+}
+
+// checkResourceRanges refuses, in dockerd's words and order, limits that
+// dockerd refuses whatever the host: at create, and (update) at update,
+// where a swap limit may come without a memory limit. (Swappiness and
+// blkio weight are left out: dockerd on a host without them, as husk's
+// guests are, discards them with a warning before it checks their range.)
+func checkResourceRanges(r container.Resources, update bool) error {
+	bad := func(msg string) error { return errdefs.ErrInvalidArgument.WithMessage(msg) }
+	switch {
+	// dockerd's floor; husk's guests get at least minGuestMiB anyway.
+	case r.Memory != 0 && r.Memory < minMemory:
+		return errMinMemory
+	case r.Memory > 0 && r.MemorySwap > 0 && r.MemorySwap < r.Memory:
+		return bad("Minimum memoryswap limit should be larger than memory limit, see usage")
+	case r.Memory == 0 && r.MemorySwap > 0 && !update:
+		return bad("You should always set the Memory limit when using Memoryswap limit, see usage")
+	case r.MemoryReservation > 0 && r.MemoryReservation < minMemory:
+		return bad("Minimum memory reservation allowed is 6MB")
+	case r.Memory > 0 && r.MemoryReservation > 0 && r.Memory < r.MemoryReservation:
+		return bad("Minimum memory limit can not be less than memory reservation limit, see usage")
+	case r.CPUPeriod != 0 && (r.CPUPeriod < 1000 || r.CPUPeriod > 1000000):
+		return bad("CPU cfs period can not be less than 1ms (i.e. 1000) or larger than 1s (i.e. 1000000)")
+	case r.CPUQuota > 0 && r.CPUQuota < 1000:
+		return bad("CPU cfs quota can not be less than 1ms (i.e. 1000)")
 	}
 	return nil
 }

@@ -73,8 +73,8 @@ func validateUpdate(opts UpdateOptions) error {
 		}
 	}
 	r := opts.Resources
-	if r.Memory != 0 && r.Memory < minMemory {
-		return errMinMemory
+	if err := checkResourceRanges(r, true); err != nil {
+		return err
 	}
 	if n := int64(runtime.NumCPU()); r.NanoCPUs < 0 || r.NanoCPUs > n*1e9 || (r.NanoCPUs > 0 && r.NanoCPUs < 1e7) {
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Range of CPUs is from 0.01 to %d.00, as there are only %d CPUs available", n, n))
