@@ -69,12 +69,7 @@ func TestResourceFlags(t *testing.T) {
 	if r := docker(t, "run", "--rm", "--cap-add", "bogus", img, "true"); r != (result{Code: 125, Stderr: "docker: Error response from daemon: invalid CapAdd: unknown capability: \"CAP_BOGUS\"\n\nRun 'docker run --help' for more information\n"}) {
 		t.Errorf("run --cap-add bogus = %+v", r)
 	}
-	if s.Kind == "huskd" {
-		want := result{Code: 125, Stderr: "docker: Error response from daemon: husk does not support --pids-limit yet: the guest has no pids cgroup for the container\n\nRun 'docker run --help' for more information\n"}
-		if r := docker(t, "run", "--rm", "--pids-limit", "5", img, "true"); r != want {
-			t.Errorf("run --pids-limit = %+v", r)
-		}
-	}
+	pidsLimit(t, img)
 
 	// --init: PID 1 is the init running the command; it passes on exit
 	// codes and signals and reaps orphans.
@@ -181,4 +176,26 @@ func TestStorageOptSize(t *testing.T) {
 	if r := docker(t, "run", "--rm", "--storage-opt", "inodes=100", img, "true"); r.Code != 125 || r.Stderr != want {
 		t.Errorf("run --storage-opt inodes=100: %+v", r)
 	}
+}
+
+// pidsLimit: --pids-limit caps the main process and its execs together,
+// and docker update changes it while the container runs.
+func pidsLimit(t *testing.T, img string) {
+	t.Helper()
+	name := containerName(t, "-pids")
+	mustDocker(t, "run", "-d", "--name", name, "--pids-limit", "3", img, "sleep", "1000")
+	// The main process, the exec's shell and one sleep make three: the
+	// second sleep cannot be forked.
+	forks := []string{"exec", name, "sh", "-c", "sleep 0.1 & sleep 0.1 & wait; echo done"}
+	if r := docker(t, forks...); !strings.Contains(r.Stderr, "can't fork") || r.Code == 0 {
+		t.Errorf("two forks beside the main process under --pids-limit 3 = %+v, want a failed fork", r)
+	}
+	mustDocker(t, "update", "--pids-limit", "10", name)
+	if got := mustDocker(t, "inspect", "-f", "{{.HostConfig.PidsLimit}}", name); got != "10\n" {
+		t.Errorf("PidsLimit after update = %q, want 10", got)
+	}
+	if r := docker(t, forks...); r != (result{Stdout: "done\n"}) {
+		t.Errorf("two forks after update --pids-limit 10 = %+v, want both to run", r)
+	}
+	mustDocker(t, "rm", "-f", name)
 }

@@ -74,6 +74,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		ReapOrphans: pid1,
 		Refresher:   agent.GuestRefresher{},
 		Interfaces:  agent.GuestInterfaces{},
+		Cgroups:     agent.GuestCgroups{},
 	})
 	if err != nil {
 		return err

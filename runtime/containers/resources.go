@@ -81,8 +81,9 @@ func validateResources(hc *container.HostConfig) error {
 	if hc.OomScoreAdj < -1000 || hc.OomScoreAdj > 1000 {
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid value %d, range for oom score adj is [-1000, 1000]", hc.OomScoreAdj))
 	}
-	if hc.PidsLimit != nil && *hc.PidsLimit > 0 {
-		return errdefs.ErrInvalidArgument.WithMessage("husk does not support --pids-limit yet: the guest has no pids cgroup for the container")
+	if hc.PidsLimit != nil && *hc.PidsLimit <= 0 {
+		// As dockerd: 0 and any negative value mean no limit.
+		hc.PidsLimit = nil
 	}
 	return nil
 }
@@ -200,10 +201,12 @@ func containerRlimits(hc *container.HostConfig) []proto.Rlimit {
 
 // containerSettings are the container-wide settings the agent applies.
 func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
-	return &proto.ContainerSettings{
+	s := &proto.ContainerSettings{
 		ShmSize:  hc.ShmSize,
 		ReadOnly: hc.ReadonlyRootfs,
 		Sysctls:  hc.Sysctls,
 		Init:     hc.Init != nil && *hc.Init,
 	}
+	s.PidsLimit = pidsLimit(hc)
+	return s
 }

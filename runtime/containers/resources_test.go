@@ -53,7 +53,6 @@ func TestContainerCapabilities(t *testing.T) {
 }
 
 func TestValidateResources(t *testing.T) {
-	limit := int64(5)
 	tests := []struct {
 		hc   container.HostConfig
 		want string
@@ -64,7 +63,13 @@ func TestValidateResources(t *testing.T) {
 		{container.HostConfig{Sysctls: map[string]string{"vm.swappiness": "1"}}, `sysctl "vm.swappiness" is not in a separate kernel namespace`},
 		{container.HostConfig{Resources: container.Resources{Ulimits: []*container.Ulimit{{Name: "bogus", Soft: 1, Hard: 1}}}}, "invalid ulimit type: bogus"},
 		{container.HostConfig{Resources: container.Resources{Ulimits: []*container.Ulimit{{Name: "nofile", Soft: 2048, Hard: 1024}}}}, "ulimit soft limit must be less than or equal to hard limit: 2048 > 1024"},
-		{container.HostConfig{Resources: container.Resources{PidsLimit: &limit}}, "husk does not support --pids-limit yet: the guest has no pids cgroup for the container"},
+		{container.HostConfig{Resources: container.Resources{Memory: 64 << 20, MemoryReservation: 128 << 20}}, "Minimum memory limit can not be less than memory reservation limit, see usage"},
+		{container.HostConfig{Resources: container.Resources{MemoryReservation: 1 << 20}}, "Minimum memory reservation allowed is 6MB"},
+		{container.HostConfig{Resources: container.Resources{Memory: 64 << 20, MemorySwap: 32 << 20}}, "Minimum memoryswap limit should be larger than memory limit, see usage"},
+		{container.HostConfig{Resources: container.Resources{MemorySwap: 32 << 20}}, "You should always set the Memory limit when using Memoryswap limit, see usage"},
+		{container.HostConfig{Resources: container.Resources{CPUPeriod: 500}}, "CPU cfs period can not be less than 1ms (i.e. 1000) or larger than 1s (i.e. 1000000)"},
+		{container.HostConfig{Resources: container.Resources{CPUQuota: 500}}, "CPU cfs quota can not be less than 1ms (i.e. 1000)"},
+		{container.HostConfig{OomScoreAdj: 1001}, "Invalid value 1001, range for oom score adj is [-1000, 1000]"},
 		{container.HostConfig{Resources: container.Resources{Memory: 4 << 20}}, "Minimum memory limit allowed is 6MB"},
 		{container.HostConfig{Resources: container.Resources{NanoCPUs: 1e9, CPUPeriod: 50000}}, "Conflicting options: Nano CPUs and CPU Period cannot both be set"},
 		{container.HostConfig{Resources: container.Resources{NanoCPUs: 1e9, CPUQuota: 50000}}, "Conflicting options: Nano CPUs and CPU Quota cannot both be set"},

@@ -9,6 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/events"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // minMemory is dockerd's smallest memory limit on Linux, and
@@ -54,6 +56,12 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 	}
 	if c.run != nil && (memoryMiB(&hc, m.guest.MemoryMiB) != memoryMiB(old, m.guest.MemoryMiB) || cpus(&hc, m.guest.CPUs) != cpus(old, m.guest.CPUs)) {
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: --memory and --cpus size the container's VM, which cannot be resized while it runs; stop the container, update it and start it again", c.rec.ID))
+	}
+	// As dockerd, a running container's pids limit changes at once.
+	if c.run != nil && pidsLimit(&hc) != pidsLimit(old) {
+		if err := c.run.client.SetLimits(ctx, proto.LimitsSpec{PidsLimit: pidsLimit(&hc)}); err != nil {
+			return resp, fmt.Errorf("Cannot update container %s: %w", c.rec.ID, err)
+		}
 	}
 	c.rec.HostConfig = &hc
 	if err := c.save(); err != nil {
@@ -147,4 +155,13 @@ func setIf[T comparable](dst *T, v T) {
 	if v != zero {
 		*dst = v
 	}
+}
+
+// pidsLimit is the container's pids limit as the agent takes it: 0 for
+// none.
+func pidsLimit(hc *container.HostConfig) int64 {
+	if hc.PidsLimit == nil || *hc.PidsLimit < 0 {
+		return 0
+	}
+	return *hc.PidsLimit
 }

@@ -88,6 +88,20 @@ type Options struct {
 	// Proc is where the guest kernel's devices and misc files are read
 	// (checkGuestDevices); default /proc.
 	Proc string
+	// Cgroups gives the container's processes a cgroup of their own on
+	// OpSetup (see GuestCgroups); nil refuses a pids limit (tests run the
+	// agent on a host whose cgroups they must not touch).
+	Cgroups Cgroups
+}
+
+// Cgroups manages the container's cgroup.
+type Cgroups interface {
+	// Create makes the container's cgroup with pids.max set to limit (0:
+	// none) and returns the path of its cgroup.procs, which the
+	// container's processes join.
+	Create(limit int64) (string, error)
+	// SetPidsLimit changes the cgroup's pids.max (0: none).
+	SetPidsLimit(limit int64) error
 }
 
 // Agent serves the protocol of package proto for one machine. Its processes
@@ -102,8 +116,11 @@ type Agent struct {
 	hostname string
 	etcDir   string
 	settings *proto.ContainerSettings // set by OpSetup
-	procs    map[string]*process
-	warming  bool // an OpWarm is under way
+	// cgroupProcs is the container cgroup's cgroup.procs (Options.Cgroups);
+	// "" without one.
+	cgroupProcs string
+	procs       map[string]*process
+	warming     bool // an OpWarm is under way
 	// setupEnded is closed, and replaced, whenever a setup ends;
 	// setupErr is why the last one failed (ProcessSpec.AwaitSetup).
 	setupEnded chan struct{}
@@ -352,6 +369,11 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			return err
 		}
 		return s.respond(proto.Response{})
+	case proto.OpLimits:
+		if err := a.setLimits(req.Limits); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{})
 	case proto.OpRefresh:
 		if err := a.refresh(ctx, req.Refresh); err != nil {
 			return err
@@ -568,13 +590,22 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) error {
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fmt.Errorf("setup: %w", err)
 	}
+	var limit int64
+	if spec.Settings != nil {
+		limit = spec.Settings.PidsLimit
+	}
+	procs, err := a.createCgroup(limit)
+	if err != nil {
+		_ = a.opts.Rootfs.Unmount(ctx)
+		return err
+	}
 	mounts := &mounter{sharesDir: filepath.Join(a.opts.StateDir, "shares"), mountShare: a.opts.MountShare}
 	if err := mounts.apply(root, spec.Mounts); err != nil {
 		_ = mounts.release()
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fmt.Errorf("setup: %w", err)
 	}
-	a.root, a.hostname, a.etcDir, a.mounts, a.settings = root, spec.Hostname, etcDir, mounts, spec.Settings
+	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupProcs = root, spec.Hostname, etcDir, mounts, spec.Settings, procs
 	a.log.Debug("container root ready", "root", root, "hostname", spec.Hostname,
 		"network", netTook, "took", time.Since(t0))
 	return nil

@@ -205,6 +205,11 @@ func containerInit() error {
 		path = dockerInitPath
 		spec.Args = append([]string{dockerInitPath, "--"}, spec.Args...)
 	}
+	if cfg.CgroupFd > 0 {
+		if err := joinCgroup(cfg.CgroupFd); err != nil {
+			return err
+		}
+	}
 	err = unix.Exec(path, spec.Args, env)
 	kind := proto.KindInternal
 	switch {

@@ -183,6 +183,9 @@ type initConfig struct {
 	// NoExec makes the init exit 0 where it would exec (OpWarm without a
 	// program it can run).
 	NoExec bool `json:"noExec,omitempty"`
+	// CgroupFd is the descriptor of the container cgroup's cgroup.procs,
+	// which the init joins right before it execs; 0 is none.
+	CgroupFd int `json:"cgroupFd,omitempty"`
 }
 
 // initFailure is what the child reports when it cannot exec the process.
@@ -201,7 +204,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, "start: no command specified"}
 	}
 	a.mu.Lock()
-	root, hostname, etcDir, settings := a.root, a.hostname, a.etcDir, a.settings
+	root, hostname, etcDir, settings, procs := a.root, a.hostname, a.etcDir, a.settings, a.cgroupProcs
 	_, dup := a.procs[id]
 	var target *process
 	if spec.ExecOf != "" {
@@ -240,7 +243,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec}
 	}
 
-	p, err := a.spawn(id, cfg, targetPid)
+	p, err := a.spawn(id, cfg, targetPid, procs)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +286,8 @@ func (f *childFiles) release(failed bool) {
 	}
 }
 
-func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, retErr error) {
+// procs, when set, is the container cgroup's cgroup.procs (initConfig.CgroupFd).
+func (a *Agent) spawn(id string, cfg initConfig, targetPid int, procs string) (_ *process, retErr error) {
 	var files childFiles
 	defer func() { files.release(retErr != nil) }()
 	internal := func(what string, err error) error {
@@ -337,6 +341,19 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 	if terminal {
 		childFds = append(childFds, consoleChild)
 	}
+	if procs != "" {
+		// The init joins the container's cgroup only right before it
+		// execs: the Go runtime's threads of the init itself would
+		// otherwise count against (and, under a small pids limit, fail
+		// on) the limit. A join is not refused by pids.max; only forks
+		// are.
+		f, err := os.OpenFile(procs, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, internal("open the container's cgroup", err)
+		}
+		cfg.CgroupFd = len(childFds)
+		childFds = append(childFds, f)
+	}
 	files.child = childFds
 
 	b, err := json.Marshal(cfg)
@@ -358,6 +375,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int) (_ *process, ret
 	if targetPid == 0 {
 		attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
 	}
+
 	p := &process{
 		id:      id,
 		stdin:   stdinW,

@@ -72,7 +72,7 @@ func (a *Agent) warm(ctx context.Context, spec proto.WarmSpec) (err error) {
 	} else {
 		cfg.NoExec = true
 	}
-	p, err := a.spawn("warm", cfg, 0)
+	p, err := a.spawn("warm", cfg, 0, "")
 	if err != nil {
 		return fmt.Errorf("warm: %w", err)
 	}

@@ -82,6 +82,8 @@ type Request struct {
 	// Output is the argument of OpStdout and OpStderr; nil is the zero
 	// spec.
 	Output *OutputSpec `json:"output,omitempty"`
+	// Limits is the argument of OpLimits.
+	Limits *LimitsSpec `json:"limits,omitempty"`
 }
 
 // OutputSpec says how an output attachment hands bytes over.

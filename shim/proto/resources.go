@@ -24,6 +24,20 @@ type ContainerSettings struct {
 	// gets no host hardware, so only devices the guest kernel drives
 	// itself (null, zero, random, tty, ...) can be given.
 	Devices []Device `json:"devices,omitempty"`
+	// PidsLimit caps the number of the container's tasks (--pids-limit):
+	// the main process, its descendants and every exec share one cgroup
+	// whose pids.max it is. 0 is no limit.
+	PidsLimit int64 `json:"pidsLimit,omitempty"`
+}
+
+// OpLimits changes the limits of a running container (docker update):
+// Request.Limits. Nothing follows on the stream.
+const OpLimits Op = "limits"
+
+// LimitsSpec is OpLimits' argument.
+type LimitsSpec struct {
+	// PidsLimit is the new ContainerSettings.PidsLimit.
+	PidsLimit int64 `json:"pidsLimit"`
 }
 
 // Device is one character device node: where it goes in the container,
