@@ -198,4 +198,9 @@ func pidsLimit(t *testing.T, img string) {
 		t.Errorf("two forks after update --pids-limit 10 = %+v, want both to run", r)
 	}
 	mustDocker(t, "rm", "-f", name)
+	// husk's --init is a Go program whose threads would not fit under a
+	// small limit: it stays out of the cgroup and starts its child in it.
+	if got := mustDocker(t, "run", "--rm", "--init", "--pids-limit", "2", img, "echo", "ok"); got != "ok\n" {
+		t.Errorf("run --init --pids-limit 2 echo ok = %q", got)
+	}
 }

@@ -97,8 +97,8 @@ type Options struct {
 // Cgroups manages the container's cgroup.
 type Cgroups interface {
 	// Create makes the container's cgroup with pids.max set to limit (0:
-	// none) and returns the path of its cgroup.procs, which the
-	// container's processes join.
+	// none) and returns its directory, which the container's processes
+	// join.
 	Create(limit int64) (string, error)
 	// SetPidsLimit changes the cgroup's pids.max (0: none).
 	SetPidsLimit(limit int64) error
@@ -116,11 +116,11 @@ type Agent struct {
 	hostname string
 	etcDir   string
 	settings *proto.ContainerSettings // set by OpSetup
-	// cgroupProcs is the container cgroup's cgroup.procs (Options.Cgroups);
-	// "" without one.
-	cgroupProcs string
-	procs       map[string]*process
-	warming     bool // an OpWarm is under way
+	// cgroupDir is the container's cgroup (Options.Cgroups); "" without
+	// one.
+	cgroupDir string
+	procs     map[string]*process
+	warming   bool // an OpWarm is under way
 	// setupEnded is closed, and replaced, whenever a setup ends;
 	// setupErr is why the last one failed (ProcessSpec.AwaitSetup).
 	setupEnded chan struct{}
@@ -605,7 +605,7 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) error {
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fmt.Errorf("setup: %w", err)
 	}
-	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupProcs = root, spec.Hostname, etcDir, mounts, spec.Settings, procs
+	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir = root, spec.Hostname, etcDir, mounts, spec.Settings, procs
 	a.log.Debug("container root ready", "root", root, "hostname", spec.Hostname,
 		"network", netTook, "took", time.Since(t0))
 	return nil

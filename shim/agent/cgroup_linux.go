@@ -55,7 +55,7 @@ func (g GuestCgroups) Create(limit int64) (string, error) {
 	if err := g.SetPidsLimit(limit); err != nil {
 		return "", err
 	}
-	return filepath.Join(g.group(), "cgroup.procs"), nil
+	return g.group(), nil
 }
 
 // SetPidsLimit writes pids.max.
@@ -97,20 +97,35 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 		return &agentError{proto.KindInvalid, "limits: missing limits"}
 	}
 	a.mu.Lock()
-	procs := a.cgroupProcs
+	dir := a.cgroupDir
 	a.mu.Unlock()
-	if procs == "" || a.opts.Cgroups == nil {
+	if dir == "" || a.opts.Cgroups == nil {
 		return &agentError{proto.KindInvalid, "limits: the container has no cgroup"}
 	}
 	return a.opts.Cgroups.SetPidsLimit(spec.PidsLimit)
 }
 
+// cgroupFdEnv hands --init's init the container's cgroup (a descriptor
+// number): it starts its child there and drops the variable.
+const cgroupFdEnv = "HUSK_CGROUP_FD"
+
+// openCgroupProcs opens cgroup.procs of the cgroup directory at dirFd and
+// closes dirFd. The init calls it while still root: a write's permission
+// is checked against the opener's credentials.
+func openCgroupProcs(dirFd int) (int, error) {
+	defer unix.Close(dirFd)
+	fd, err := unix.Openat(dirFd, "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open the container's cgroup: %w", err)
+	}
+	return fd, nil
+}
+
 // joinCgroup moves the calling process, the container's init about to
 // exec, into the cgroup whose cgroup.procs is open at fd.
 func joinCgroup(fd int) error {
-	f := os.NewFile(uintptr(fd), "cgroup.procs")
-	defer f.Close()
-	if _, err := f.WriteString("0"); err != nil {
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte("0")); err != nil {
 		return fmt.Errorf("join the container's cgroup: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -38,10 +39,20 @@ func runDockerInit(args []string) {
 		os.Exit(127)
 	}
 	attr := &os.ProcAttr{
-		Env:   os.Environ(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
+	// The container's cgroup, when the agent keeps one: the child is born
+	// in it (clone3's CLONE_INTO_CGROUP), so no fork of the command's
+	// escapes its pids limit, while this init's own threads stay out.
+	if v, ok := os.LookupEnv(cgroupFdEnv); ok {
+		os.Unsetenv(cgroupFdEnv)
+		if fd, err := strconv.Atoi(v); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+			attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
+		}
+	}
+	attr.Env = os.Environ()
 	if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err == nil {
 		attr.Sys.Foreground, attr.Sys.Ctty = true, 0
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -84,6 +85,18 @@ func containerInit() error {
 		return fmt.Errorf("read init config: %w", err)
 	}
 	spec := cfg.Process
+	// The cgroup is joined only right before the exec: the Go runtime's
+	// threads of this init would otherwise count against (and, under a
+	// small pids limit, fail on) the limit; a join is not refused by
+	// pids.max, only forks are. Under --init the init's child is started
+	// in it instead, and the init itself stays out, as its threads would
+	// count for as long as it runs.
+	procsFd := 0
+	if cfg.CgroupFd > 0 && cfg.InitBinary == "" {
+		if procsFd, err = openCgroupProcs(cfg.CgroupFd); err != nil {
+			return err
+		}
+	}
 
 	if cfg.Mounts {
 		if err := prepareRoot(cfg); err != nil {
@@ -205,10 +218,13 @@ func containerInit() error {
 		path = dockerInitPath
 		spec.Args = append([]string{dockerInitPath, "--"}, spec.Args...)
 	}
-	if cfg.CgroupFd > 0 {
-		if err := joinCgroup(cfg.CgroupFd); err != nil {
+	if procsFd > 0 {
+		if err := joinCgroup(procsFd); err != nil {
 			return err
 		}
+	}
+	if cfg.InitBinary != "" && cfg.CgroupFd > 0 {
+		env = append(env, cgroupFdEnv+"="+strconv.Itoa(cfg.CgroupFd))
 	}
 	err = unix.Exec(path, spec.Args, env)
 	kind := proto.KindInternal

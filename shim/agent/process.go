@@ -183,8 +183,9 @@ type initConfig struct {
 	// NoExec makes the init exit 0 where it would exec (OpWarm without a
 	// program it can run).
 	NoExec bool `json:"noExec,omitempty"`
-	// CgroupFd is the descriptor of the container cgroup's cgroup.procs,
-	// which the init joins right before it execs; 0 is none.
+	// CgroupFd is the descriptor of the container's cgroup directory,
+	// which the init joins right before it execs (or, under --init, the
+	// init's child is started in); 0 is none.
 	CgroupFd int `json:"cgroupFd,omitempty"`
 }
 
@@ -204,7 +205,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, "start: no command specified"}
 	}
 	a.mu.Lock()
-	root, hostname, etcDir, settings, procs := a.root, a.hostname, a.etcDir, a.settings, a.cgroupProcs
+	root, hostname, etcDir, settings, cgroup := a.root, a.hostname, a.etcDir, a.settings, a.cgroupDir
 	_, dup := a.procs[id]
 	var target *process
 	if spec.ExecOf != "" {
@@ -243,7 +244,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec}
 	}
 
-	p, err := a.spawn(id, cfg, targetPid, procs)
+	p, err := a.spawn(id, cfg, targetPid, cgroup)
 	if err != nil {
 		return nil, err
 	}
@@ -286,8 +287,8 @@ func (f *childFiles) release(failed bool) {
 	}
 }
 
-// procs, when set, is the container cgroup's cgroup.procs (initConfig.CgroupFd).
-func (a *Agent) spawn(id string, cfg initConfig, targetPid int, procs string) (_ *process, retErr error) {
+// cgroup, when set, is the container's cgroup (initConfig.CgroupFd).
+func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (_ *process, retErr error) {
 	var files childFiles
 	defer func() { files.release(retErr != nil) }()
 	internal := func(what string, err error) error {
@@ -341,13 +342,9 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, procs string) (_
 	if terminal {
 		childFds = append(childFds, consoleChild)
 	}
-	if procs != "" {
-		// The init joins the container's cgroup only right before it
-		// execs: the Go runtime's threads of the init itself would
-		// otherwise count against (and, under a small pids limit, fail
-		// on) the limit. A join is not refused by pids.max; only forks
-		// are.
-		f, err := os.OpenFile(procs, os.O_WRONLY, 0)
+	if cgroup != "" {
+		// Joined by the init itself (initConfig.CgroupFd).
+		f, err := os.Open(cgroup)
 		if err != nil {
 			return nil, internal("open the container's cgroup", err)
 		}
