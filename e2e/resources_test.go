@@ -198,6 +198,15 @@ func pidsLimit(t *testing.T, img string) {
 		t.Errorf("two forks after update --pids-limit 10 = %+v, want both to run", r)
 	}
 	mustDocker(t, "rm", "-f", name)
+	// A limit set on a container started without one holds its running
+	// main process too.
+	mustDocker(t, "run", "-d", "--name", name, img, "sleep", "1000")
+	mustDocker(t, "update", "--pids-limit", "3", name)
+	forks[1] = name
+	if r := docker(t, forks...); !strings.Contains(r.Stderr, "can't fork") || r.Code == 0 {
+		t.Errorf("two forks beside the main process after update --pids-limit 3 = %+v, want a failed fork", r)
+	}
+	mustDocker(t, "rm", "-f", name)
 	// husk's --init is a Go program whose threads would not fit under a
 	// small limit: it stays out of the cgroup and starts its child in it.
 	if got := mustDocker(t, "run", "--rm", "--init", "--pids-limit", "2", img, "echo", "ok"); got != "ok\n" {

@@ -102,6 +102,10 @@ type Cgroups interface {
 	Create(limit int64) (string, error)
 	// SetPidsLimit changes the cgroup's pids.max (0: none).
 	SetPidsLimit(limit int64) error
+	// Adopt moves the container's processes that run outside the cgroup
+	// into it: a limit set by docker update on a container started
+	// without one.
+	Adopt() error
 }
 
 // Agent serves the protocol of package proto for one machine. Its processes

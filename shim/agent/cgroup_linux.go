@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -17,8 +18,10 @@ import (
 // GuestCgroups keeps the container's processes in one cgroup v2 group of
 // the guest, where --pids-limit is its pids.max. The guest is the
 // container's alone, so a single group under the root does; dockerd's
-// other cgroup limits size the VM instead. The group is made at every
-// setup, limit or not, so that docker update can set one later.
+// other cgroup limits size the VM instead. The group is made only for a
+// limit (at setup, or by docker update, which adopts the processes already
+// running): mounting it and moving each process in costs every start
+// ~100 ms of guest time under TCG.
 type GuestCgroups struct {
 	// Dir is where cgroup2 is mounted; default /run/husk/cgroup.
 	Dir string
@@ -70,25 +73,54 @@ func (g GuestCgroups) SetPidsLimit(limit int64) error {
 	return nil
 }
 
+// Adopt moves every process of the guest but the agent (PID 1) and kernel
+// threads into the group, pass after pass until one finds none left
+// outside (a process may fork while it runs).
+func (g GuestCgroups) Adopt() error {
+	procs := filepath.Join(g.group(), "cgroup.procs")
+	for range 10 {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return fmt.Errorf("adopt processes: %w", err)
+		}
+		moved := 0
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == 1 {
+				continue
+			}
+			cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+			if err != nil || strings.TrimSpace(string(cg)) != "0::/" {
+				continue
+			}
+			if _, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err != nil {
+				continue // a kernel thread, or gone
+			}
+			if os.WriteFile(procs, []byte(e.Name()), 0) == nil {
+				moved++
+			}
+		}
+		if moved == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
 // createCgroup makes the container's cgroup where the agent can; without
 // one a pids limit cannot be kept, and is refused.
 func (a *Agent) createCgroup(limit int64) (string, error) {
+	if limit <= 0 {
+		return "", nil
+	}
 	if a.opts.Cgroups == nil {
-		if limit > 0 {
-			return "", &agentError{proto.KindInvalid, "setup: this agent keeps no cgroups: a pids limit cannot be applied"}
-		}
-		return "", nil
+		return "", &agentError{proto.KindInvalid, "setup: this agent keeps no cgroups: a pids limit cannot be applied"}
 	}
-	procs, err := a.opts.Cgroups.Create(limit)
+	dir, err := a.opts.Cgroups.Create(limit)
 	if err != nil {
-		if limit > 0 {
-			return "", fmt.Errorf("setup: %w", err)
-		}
-		// Without a limit the group only helps a later docker update.
-		a.log.Warn("no cgroup for the container", "err", err)
-		return "", nil
+		return "", fmt.Errorf("setup: %w", err)
 	}
-	return procs, nil
+	return dir, nil
 }
 
 // setLimits applies OpLimits to the running container.
@@ -96,13 +128,28 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 	if spec == nil {
 		return &agentError{proto.KindInvalid, "limits: missing limits"}
 	}
-	a.mu.Lock()
-	dir := a.cgroupDir
-	a.mu.Unlock()
-	if dir == "" || a.opts.Cgroups == nil {
-		return &agentError{proto.KindInvalid, "limits: the container has no cgroup"}
+	if a.opts.Cgroups == nil {
+		return &agentError{proto.KindInvalid, "limits: this agent keeps no cgroups"}
 	}
-	return a.opts.Cgroups.SetPidsLimit(spec.PidsLimit)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cgroupDir != "" {
+		return a.opts.Cgroups.SetPidsLimit(spec.PidsLimit)
+	}
+	if spec.PidsLimit <= 0 {
+		return nil // no limit, and no group to lift one from
+	}
+	if a.root == "" {
+		return &agentError{proto.KindInvalid, "limits: the container root is not set up"}
+	}
+	dir, err := a.opts.Cgroups.Create(spec.PidsLimit)
+	if err != nil {
+		return fmt.Errorf("limits: %w", err)
+	}
+	// Processes started from now on join it themselves; those running
+	// are moved in.
+	a.cgroupDir = dir
+	return a.opts.Cgroups.Adopt()
 }
 
 // cgroupFdEnv hands --init's init the container's cgroup (a descriptor
