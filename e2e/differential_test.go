@@ -249,6 +249,36 @@ func scenarios() []scenario {
 			setup: [][]string{{"network", "create", "--label", "k=v", "--internal", "diffnet4"}}, cleanup: [][]string{{"network", "rm", "diffnet4"}}},
 		{name: "network disconnect not connected", args: a("network", "disconnect", "diffnet5", diffBox),
 			setup: [][]string{{"network", "create", "diffnet5"}}, cleanup: [][]string{{"network", "rm", "diffnet5"}}},
+		// listing and inspecting
+		{name: "ps ancestor filter", args: a("ps", "-a", "--filter", "ancestor={img}", "--filter", "name=diff-", "--format", "{{.Names}}")},
+		{name: "ps exited code filter", args: a("ps", "-a", "--filter", "exited=2", "--filter", "name=diff-", "--format", "{{.Names}} {{.Ports}}")},
+		{name: "ps created filter", args: a("ps", "-a", "--filter", "status=created", "--format", "{{.Names}} {{.Status}}"),
+			setup: [][]string{{"create", "--name", "diff-created", "{img}", "true"}}, cleanup: [][]string{{"rm", "diff-created"}}},
+		{name: "inspect health and restart policy", args: a("inspect", "-f", "{{.State.Health}} {{json .HostConfig.RestartPolicy}} {{.HostConfig.NetworkMode}} {{.HostConfig.ShmSize}} {{.HostConfig.PidsLimit}}", diffBox)},
+		{name: "inspect config details", args: a("inspect", "-f", "{{.Config.WorkingDir}}|{{.Config.User}}|{{json .Config.Entrypoint}}|{{.Config.Tty}}|{{.Config.OpenStdin}}", diffBox)},
+		{name: "image inspect rootfs", args: a("image", "inspect", "-f", "{{.RootFS.Type}} {{len .RootFS.Layers}} {{.Config.WorkingDir}}", "{img}")},
+		{name: "images reference filter", args: a("images", "--filter", "reference=diff/*", "--format", "{{.Repository}}:{{.Tag}}"),
+			setup: [][]string{{"tag", "{img}", "diff/ref:v1"}}, cleanup: [][]string{{"rmi", "diff/ref:v1"}}},
+		{name: "stats name only", args: a("stats", "--no-stream", "--format", "{{.Name}}", diffBox)},
+		// the process as it starts
+		{name: "run pid 1", args: a("run", "--rm", "{img}", "sh", "-c", "echo $$; tr '\\0' ' ' < /proc/1/cmdline")},
+		{name: "run unset env", args: a("run", "--rm", "-e", "DIFF_UNSET_VAR", "{img}", "sh", "-c", "echo ${DIFF_UNSET_VAR-unset}")},
+		{name: "run root user and workdir", args: a("run", "--rm", "-u", "0:0", "-w", "/etc", "{img}", "sh", "-c", "id; pwd")},
+		{name: "run default dirs", args: a("run", "--rm", "{img}", "sh", "-c", "ls -ld /tmp /root /dev/shm /dev/pts | cut -c1-10; umask")},
+		{name: "run stdin read", args: a("run", "--rm", "-i", "{img}", "sh", "-c", "read x; echo got $x"), stdin: []byte("line\n")},
+		// exec refusals
+		{name: "exec missing workdir", args: a("exec", "-w", "/nonexistent", diffBox, "pwd")},
+		{name: "exec unknown user", args: a("exec", "-u", "nosuch", diffBox, "true")},
+		// more lifecycle
+		{name: "logs tail 0", args: a("logs", "--tail", "0", diffExited)},
+		{name: "rmi force unknown", args: a("rmi", "-f", "nope:latest")},
+		{name: "rename and back", args: a("rename", "diff-ren2", "diff-ren"),
+			setup: [][]string{{"create", "--name", "diff-ren", "{img}", "true"}, {"rename", "diff-ren", "diff-ren2"}}, cleanup: [][]string{{"rm", "diff-ren"}, {"rm", "diff-ren2"}}},
+		{name: "update restart policy", args: a("inspect", "-f", "{{json .HostConfig.RestartPolicy}}", "diff-upd"),
+			setup: [][]string{{"create", "--name", "diff-upd", "{img}", "true"}, {"update", "--restart", "on-failure:3", "diff-upd"}}, cleanup: [][]string{{"rm", "diff-upd"}}},
+		{name: "create then start logs", args: a("logs", "diff-cs"),
+			setup: [][]string{{"create", "--name", "diff-cs", "{img}", "echo", "hi"}, {"start", "-a", "diff-cs"}}, cleanup: [][]string{{"rm", "diff-cs"}}},
+		{name: "cp file out", args: a("cp", diffBox+":/etc/passwd", "-"), tarOut: true},
 		// swarm mode and plugins: neither daemon has them
 		{name: "plugin ls", args: a("plugin", "ls")},
 		{name: "plugin inspect unknown", args: a("plugin", "inspect", "nope")},
@@ -283,6 +313,7 @@ var allowed = []allowance{
 	{"inspect wrong type", "stderr", `dockerd 20.10 repeats itself ("no such image: X: No such image: X"); later versions say "No such image: X"`, false},
 	{"run tmpfs", "stdout", "the mount options are the kernel's: the guest's 6.1 kernel lists tmpfs's inode64, the reference's host kernel does not", false},
 	{"load not a tar", "stderr", `as "import not a tar": dockerd's message carries its untar helper's exit status`, false},
+	{"inspect health and restart policy", "stdout", `dockerd >= 25 turns the network mode "default" into "bridge" at create, as husk does; 20.10 keeps "default"`, false},
 	{"import not a tar", "stderr", `dockerd untars in a helper process and says "Error processing tar file(exit status 1): ..."; husk has no such process and leaves out the exit status`, false},
 }
 
