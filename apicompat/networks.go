@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -102,15 +101,9 @@ func (s *server) createNetwork(ctx context.Context, w http.ResponseWriter, r *ht
 // can act on; the addresses are checked first as strings, in dockerd's
 // words.
 func readNetworkCreate(r *http.Request, req *network.CreateRequest) error {
-	if err := checkForJSON(r); err != nil {
+	var body json.RawMessage
+	if err := readJSON(r, &body); err != nil || body == nil {
 		return err
-	}
-	if r.Body == nil || r.ContentLength == 0 {
-		return nil
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return fmt.Errorf("read request: %w", err)
 	}
 	var raw struct {
 		IPAM *struct {

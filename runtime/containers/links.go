@@ -71,26 +71,25 @@ func (c *ctr) shownLinks() []string {
 	for _, l := range c.links() {
 		name := l.name
 		if t, err := c.m.linked(l); err == nil {
-			if current := c.m.nameOf(t); current != "" {
-				name = current
-			}
+			name = c.m.targetName(l, t)
 		}
 		out = append(out, "/"+name+":/"+c.rec.Name+"/"+l.alias)
 	}
 	return out
 }
 
-// nameOf is c's current name, read under the manager's lock (a rename
-// changes it), or "" once c is gone.
-func (m *Manager) nameOf(c *ctr) string {
+// targetName is the current name of l's target t, read under the
+// manager's lock (a rename changes it), or the name the link was made with
+// once t is gone.
+func (m *Manager) targetName(l link, t *ctr) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for name, other := range m.byName {
-		if other == c {
+		if other == t {
 			return name
 		}
 	}
-	return ""
+	return l.name
 }
 
 // linkTargets refuses, at create, a link to a container that does not
@@ -129,10 +128,7 @@ func (c *ctr) resolveLinks() (hosts, env []string, err error) {
 			return nil, nil, err
 		}
 		// A renamed target is found under its current name too.
-		name := c.m.nameOf(t)
-		if name == "" {
-			name = l.name
-		}
+		name := c.m.targetName(l, t)
 		_, nets := c.m.net.Settings(t.rec.ID, nil, nil)
 		var ip, via string
 		for _, netName := range own {

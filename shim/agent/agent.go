@@ -598,7 +598,7 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) error {
 	if spec.Settings != nil {
 		limit = spec.Settings.PidsLimit
 	}
-	procs, err := a.createCgroup(limit)
+	cgroupDir, err := a.createCgroup(limit)
 	if err != nil {
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return err
@@ -609,7 +609,7 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) error {
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fmt.Errorf("setup: %w", err)
 	}
-	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir = root, spec.Hostname, etcDir, mounts, spec.Settings, procs
+	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir = root, spec.Hostname, etcDir, mounts, spec.Settings, cgroupDir
 	a.log.Debug("container root ready", "root", root, "hostname", spec.Hostname,
 		"network", netTook, "took", time.Since(t0))
 	return nil

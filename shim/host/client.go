@@ -367,12 +367,21 @@ func (p *Process) Stderr(ctx context.Context) (io.ReadCloser, error) {
 }
 
 func (p *Process) attachOutput(ctx context.Context, op proto.Op) (io.ReadCloser, error) {
-	cl, resp, err := p.c.do(ctx, proto.Request{Op: op, ID: p.id})
+	cl, err := p.attach(ctx, op, nil)
+	if err != nil {
+		return nil, err
+	}
+	return output{cl}, nil
+}
+
+// attach opens an output stream of the process as spec says.
+func (p *Process) attach(ctx context.Context, op proto.Op, spec *proto.OutputSpec) (*call, error) {
+	cl, resp, err := p.c.do(ctx, proto.Request{Op: op, ID: p.id, Output: spec})
 	if err != nil {
 		return nil, err
 	}
 	p.setPid(resp.Pid)
-	return output{cl}, nil
+	return cl, nil
 }
 
 // AckedOutput is an output attachment whose reader acknowledges what it
@@ -405,11 +414,10 @@ func (p *Process) AckedStderr(ctx context.Context, resend bool) (*AckedOutput, e
 }
 
 func (p *Process) attachAcked(ctx context.Context, op proto.Op, resend bool) (*AckedOutput, error) {
-	cl, resp, err := p.c.do(ctx, proto.Request{Op: op, ID: p.id, Output: &proto.OutputSpec{Ack: true, Resend: resend}})
+	cl, err := p.attach(ctx, op, &proto.OutputSpec{Ack: true, Resend: resend})
 	if err != nil {
 		return nil, err
 	}
-	p.setPid(resp.Pid)
 	return &AckedOutput{call: cl}, nil
 }
 
