@@ -3,11 +3,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -120,19 +124,51 @@ func waitForLink(ctx context.Context, mac string) (netlink.Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
-		links, err := netlink.LinkList()
+		l, err := linkByMAC("/sys/class/net", want)
 		if err != nil {
-			return nil, fmt.Errorf("list interfaces: %w", err)
+			return nil, err
 		}
-		for _, l := range links {
-			if strings.EqualFold(l.Attrs().HardwareAddr.String(), want.String()) {
-				return l, nil
-			}
+		if l != nil {
+			return l, nil
 		}
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return nil, errors.Join(fmt.Errorf("no network interface with MAC %s", mac), err)
 		}
 	}
+}
+
+// linkByMAC finds the interface with MAC want in sysClassNet
+// (/sys/class/net), or returns nil. The link it returns carries only its
+// index, name and MAC, which is all the calls that follow use. Read from
+// sysfs rather than through an rtnetlink dump: under TCG the first dump
+// and the decoding of every link's attributes took 50-120 ms of a cold
+// container's start, against 5 ms for these few small files.
+func linkByMAC(sysClassNet string, want net.HardwareAddr) (netlink.Link, error) {
+	entries, err := os.ReadDir(sysClassNet)
+	if err != nil {
+		return nil, fmt.Errorf("list interfaces: %w", err)
+	}
+	for _, e := range entries {
+		dir := filepath.Join(sysClassNet, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, "address"))
+		if err != nil {
+			continue // gone since the listing
+		}
+		hw, err := net.ParseMAC(strings.TrimSpace(string(b)))
+		if err != nil || !bytes.Equal(hw, want) {
+			continue
+		}
+		b, err = os.ReadFile(filepath.Join(dir, "ifindex"))
+		if err != nil {
+			continue
+		}
+		index, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return nil, fmt.Errorf("index of interface %s: %w", e.Name(), err)
+		}
+		return &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: index, Name: e.Name(), HardwareAddr: hw}}, nil
+	}
+	return nil, nil
 }
 
 // ReaddressNetwork re-addresses interfaces that ConfigureNetwork set up,
