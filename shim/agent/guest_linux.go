@@ -49,11 +49,32 @@ func Boot(ctx context.Context, log *slog.Logger, modulesOrder string) error {
 			return fmt.Errorf("mount %s on %s: %w", m.fstype, m.target, err)
 		}
 	}
+	// Before any interface is up, so none gets an IPv6 address.
+	if err := disableIPv6("/proc/sys"); err != nil {
+		log.Error("disable IPv6", "err", err)
+	}
 	if err := loopbackUp(); err != nil {
 		log.Error("bring up lo", "err", err)
 	}
 	loadModules(ctx, log, modulesOrder)
 	return nil
+}
+
+// disableIPv6 turns IPv6 off on every interface, present and to come, as
+// dockerd does in a container whose networks have no IPv6 (husk's never
+// do): no link-local addresses, no ::1 on lo, and none of the router
+// solicitations, duplicate address detection and multicast reports that
+// bringing a link up would otherwise cost the guest's CPU. A --sysctl
+// applied at setup may turn it back on, as with runc.
+func disableIPv6(procSys string) error {
+	var errs []error
+	for _, scope := range []string{"all", "default"} {
+		p := filepath.Join(procSys, "net/ipv6/conf", scope, "disable_ipv6")
+		if err := os.WriteFile(p, []byte("1"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // loopbackUp sets IFF_UP on lo; the kernel configures 127.0.0.1 itself.

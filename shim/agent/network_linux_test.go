@@ -66,3 +66,31 @@ func TestLinkByMAC(t *testing.T) {
 		t.Fatal("no error for a missing directory")
 	}
 }
+
+func TestDisableIPv6(t *testing.T) {
+	procSys := t.TempDir()
+	if err := disableIPv6(procSys); err != nil {
+		t.Fatalf("kernel without IPv6: %v", err)
+	}
+	for _, scope := range []string{"all", "default"} {
+		d := filepath.Join(procSys, "net/ipv6/conf", scope)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "disable_ipv6"), []byte("0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := disableIPv6(procSys); err != nil {
+		t.Fatal(err)
+	}
+	for _, scope := range []string{"all", "default"} {
+		b, err := os.ReadFile(filepath.Join(procSys, "net/ipv6/conf", scope, "disable_ipv6"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != "1" {
+			t.Fatalf("%s: disable_ipv6 = %q, want 1", scope, b)
+		}
+	}
+}
