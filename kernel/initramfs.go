@@ -14,10 +14,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cavaliergopher/cpio"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // Layout of the initramfs, shared with the agent (cmd/husk-agent).
@@ -41,7 +44,8 @@ const compressInitramfs = false
 
 // cacheFormat is bumped whenever the archive layout changes, so stale
 // cached files are never reused. 2: modules without their signatures.
-const cacheFormat = "husk-initramfs-2"
+// 3: the init layer.
+const cacheFormat = "husk-initramfs-3"
 
 // BuildInitramfs returns the path of an initramfs for k with the agent at
 // agentPath as /init and GuestModules(k) under /husk/modules. Results are
@@ -191,6 +195,9 @@ func writeInitramfs(ctx context.Context, out io.Writer, agentPath string, mods [
 	if err := addFile(cw, strings.TrimPrefix(InitPath, "/"), agentPath, 0o755); err != nil {
 		return fmt.Errorf("add agent: %w", err)
 	}
+	if err := addInitLayer(cw); err != nil {
+		return err
+	}
 	var order strings.Builder
 	for _, m := range mods {
 		if err := ctx.Err(); err != nil {
@@ -218,6 +225,56 @@ func writeInitramfs(ctx context.Context, out io.Writer, agentPath string, mods [
 		}
 	}
 	return bw.Flush()
+}
+
+// addInitLayer adds the init layer and the lost+found whiteout the agent
+// stacks into every container's overlay (proto.InitLayerDir), owned by
+// root like every entry. They are dated now, as dockerd dates its init
+// layer when it makes it: a container shows these times on its /etc and
+// /.dockerenv.
+func addInitLayer(cw *cpio.Writer) error {
+	layer := strings.TrimPrefix(proto.InitLayerDir, "/")
+	hide := strings.TrimPrefix(proto.HideLostFoundDir, "/")
+	now := time.Now()
+	// data is a symlink's target.
+	add := func(name string, mode cpio.FileMode, data string) error {
+		h := &cpio.Header{Name: name, Mode: mode, Size: int64(len(data)), ModTime: now}
+		if mode&^cpio.ModePerm == cpio.TypeDir {
+			h.Links = 2
+		}
+		if err := cw.WriteHeader(h); err != nil {
+			return fmt.Errorf("add %s: %w", name, err)
+		}
+		if _, err := io.WriteString(cw, data); err != nil {
+			return fmt.Errorf("add %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := add(layer, cpio.TypeDir|0o755, ""); err != nil {
+		return err
+	}
+	for _, e := range proto.InitLayer() {
+		var err error
+		switch name := layer + "/" + e.Path; e.Kind {
+		case proto.InitLayerDirectory:
+			err = add(name, cpio.TypeDir|0o755, "")
+		case proto.InitLayerFile:
+			err = add(name, cpio.TypeReg|0o755, "")
+		case proto.InitLayerSymlink:
+			err = add(name, cpio.TypeSymlink|0o777, e.Target)
+		default:
+			err = fmt.Errorf("add init layer: %s: unknown kind %d", e.Path, e.Kind)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := add(hide, cpio.TypeDir|0o755, ""); err != nil {
+		return err
+	}
+	// A 0:0 character device is overlayfs's whiteout; cpio.Writer writes
+	// every device number as 0.
+	return add(hide+"/lost+found", cpio.TypeChar, "")
 }
 
 func addFile(cw *cpio.Writer, name, src string, perm cpio.FileMode) error {

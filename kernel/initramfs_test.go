@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/cavaliergopher/cpio"
+
+	"github.com/husk-vm/husk/shim/proto"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 )
@@ -149,6 +151,39 @@ func TestInitramfsContent(t *testing.T) {
 			}
 			if i := bytes.Index(raw, []byte("dev/console\x00")); i < 110 || string(raw[i-110+78:i-110+94]) != "0000000500000001" {
 				t.Errorf("dev/console header does not carry device 5:1")
+			}
+			// The init layer, each entry after its parent, and the
+			// lost+found whiteout (0:0, which the writer always records).
+			layer := strings.TrimPrefix(proto.InitLayerDir, "/")
+			seen := map[string]int{}
+			for i, n := range order {
+				seen[n] = i
+			}
+			for _, e := range proto.InitLayer() {
+				name := layer + "/" + e.Path
+				got, ok := entries[name]
+				if !ok {
+					t.Errorf("init layer entry %s missing", name)
+					continue
+				}
+				if seen[filepath.Dir(name)] > seen[name] {
+					t.Errorf("%s comes before its directory", name)
+				}
+				want := map[proto.InitLayerKind]cpio.FileMode{
+					proto.InitLayerDirectory: cpio.TypeDir | 0o755,
+					proto.InitLayerFile:      cpio.TypeReg | 0o755,
+					proto.InitLayerSymlink:   cpio.TypeSymlink | 0o777,
+				}[e.Kind]
+				if got.hdr.Mode != want || got.hdr.Uid != 0 || got.hdr.Guid != 0 {
+					t.Errorf("%s: mode %o owner %d:%d, want %o root's", name, got.hdr.Mode, got.hdr.Uid, got.hdr.Guid, want)
+				}
+				if e.Kind == proto.InitLayerSymlink && got.hdr.Linkname != e.Target {
+					t.Errorf("%s -> %q, want %q", name, got.hdr.Linkname, e.Target)
+				}
+			}
+			whiteout := strings.TrimPrefix(proto.HideLostFoundDir, "/") + "/lost+found"
+			if e, ok := entries[whiteout]; !ok || e.hdr.Mode&cpio.ModeType != cpio.TypeChar {
+				t.Errorf("%s missing or not a character device", whiteout)
 			}
 			if order[0] != "dev" {
 				t.Errorf("first entry %s, want dev (device nodes need it)", order[0])

@@ -65,9 +65,14 @@ func run(ctx context.Context, log *slog.Logger) error {
 		}
 	}
 	log.Info("husk-agent starting", "pid", os.Getpid())
+	rootfs := &agent.GuestRootfs{}
+	if pid1 {
+		// The initramfs carries the init layer (kernel.BuildInitramfs).
+		rootfs.InitLayer, rootfs.HideLostFound = proto.InitLayerDir, proto.HideLostFoundDir
+	}
 	a, err := agent.New(agent.Options{
 		Logger:      log,
-		Rootfs:      &agent.GuestRootfs{},
+		Rootfs:      rootfs,
 		Network:     agent.ConfigureNetwork,
 		WarmNetwork: agent.WarmNetwork,
 		PowerOff:    agent.PowerOff,

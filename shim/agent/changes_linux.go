@@ -32,11 +32,11 @@ type DiffRootfs interface {
 	Freeze() (thaw func() error, err error)
 }
 
-// DiffDirs returns the upper directory on the container's disk, the init
-// layer and the image's base.
+// DiffDirs returns the upper directory on the container's disk and the
+// overlay's lower layers: the init layer, the lost+found whiteout if it
+// is stacked, and the image's base.
 func (g *GuestRootfs) DiffDirs() (string, []string) {
-	d := g.dir()
-	return filepath.Join(d, "upper", "upper"), []string{filepath.Join(d, "init"), filepath.Join(d, "base")}
+	return filepath.Join(g.dir(), "upper", "upper"), g.lowerDirs()
 }
 
 // The freeze ioctls, _IOWR('X', 119, int) and _IOWR('X', 120, int) from

@@ -330,6 +330,11 @@ func (l *VsockListener) Close() error { return unix.Close(l.fd) }
 type GuestRootfs struct {
 	// Dir holds base, upper and root; default /run/husk.
 	Dir string
+	// InitLayer and HideLostFound are the directories of the init layer
+	// and of the lost+found whiteout that go between the base and the
+	// writable layer (proto.InitLayerDir, proto.HideLostFoundDir), which
+	// the initramfs carries. Empty, each setup builds them under Dir.
+	InitLayer, HideLostFound string
 }
 
 func (g *GuestRootfs) dir() string {
@@ -373,12 +378,11 @@ func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, 
 			return "", fmt.Errorf("create %s: %w", p, err)
 		}
 	}
-	initDir := filepath.Join(d, "init")
-	if err := writeInitLayer(initDir, baseDir); err != nil {
+	if err := g.buildInitDirs(); err != nil {
 		g.unmount(baseDir, upperDir)
 		return "", err
 	}
-	opts := fmt.Sprintf("lowerdir=%s:%s,upperdir=%s,workdir=%s", initDir, baseDir, up, work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(g.lowerDirs(), ":"), up, work)
 	if err := unix.Mount("overlay", rootDir, "overlay", 0, opts); err != nil {
 		g.unmount(baseDir, upperDir)
 		return "", fmt.Errorf("mount overlay: %w", err)

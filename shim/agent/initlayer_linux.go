@@ -8,66 +8,89 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
-// initLayerEntries is what dockerd's init layer puts between an image and
-// the container's writable layer: the mount points of the files and file
-// systems every container gets, /.dockerenv (which programs test to learn
-// they run in a container) and /etc/mtab. An entry is a directory, an
-// empty file, or a symlink to its target.
-var initLayerEntries = []struct{ path, kind, target string }{
-	{"dev/pts", "dir", ""},
-	{"dev/shm", "dir", ""},
-	{"proc", "dir", ""},
-	{"sys", "dir", ""},
-	{".dockerenv", "file", ""},
-	{"etc/resolv.conf", "file", ""},
-	{"etc/hosts", "file", ""},
-	{"etc/hostname", "file", ""},
-	{"dev/console", "file", ""},
-	{"etc/mtab", "symlink", "/proc/mounts"},
+// initDirs returns the directories of the init layer and of the
+// lost+found whiteout (proto.InitLayerDir, proto.HideLostFoundDir): the
+// initramfs's when GuestRootfs names them, else ones built under Dir.
+func (g *GuestRootfs) initDirs() (layer, hideLostFound string) {
+	if g.InitLayer != "" {
+		return g.InitLayer, g.HideLostFound
+	}
+	d := g.dir()
+	return filepath.Join(d, "init"), filepath.Join(d, "hide-lost-found")
 }
 
-// writeInitLayer builds the init layer at dir, in the guest's memory, as
-// the overlay's lower layer above the image's base (mounted at base). As
-// in dockerd, it shadows what the image has at those paths, and it never
-// reaches the container's writable layer: docker diff and commit do not
-// see it, and an image without /etc still gets its hosts, hostname and
-// resolv.conf.
-//
-// It also hides the base's lost+found, which the ext4 writer always
-// creates (rootfs): an empty one is taken to be the writer's, since an
-// image's own would be just as empty and is rare.
-func writeInitLayer(dir, base string) error {
+// buildInitDirs makes the init layer and the whiteout under Dir, for a
+// GuestRootfs whose initramfs does not carry them.
+func (g *GuestRootfs) buildInitDirs() error {
+	if g.InitLayer != "" {
+		return nil
+	}
+	layer, hide := g.initDirs()
+	if err := writeInitLayer(layer); err != nil {
+		return err
+	}
+	return writeHideLostFound(hide)
+}
+
+// lowerDirs returns the overlay's read-only layers, top first: the init
+// layer, the lost+found whiteout when the base's lost+found is empty, and
+// the base mounted under Dir.
+func (g *GuestRootfs) lowerDirs() []string {
+	layer, hide := g.initDirs()
+	base := filepath.Join(g.dir(), "base")
+	dirs := []string{layer}
+	if entries, err := os.ReadDir(filepath.Join(base, "lost+found")); err == nil && len(entries) == 0 {
+		dirs = append(dirs, hide)
+	}
+	return append(dirs, base)
+}
+
+// writeInitLayer builds proto.InitLayer at dir, replacing what is there.
+func writeInitLayer(dir string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("clear init layer: %w", err)
 	}
-	for _, e := range initLayerEntries {
-		p := filepath.Join(dir, e.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return fmt.Errorf("init layer: %w", err)
-		}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("init layer: %w", err)
+	}
+	for _, e := range proto.InitLayer() {
+		p := filepath.Join(dir, e.Path)
 		var err error
-		switch e.kind {
-		case "dir":
-			err = os.MkdirAll(p, 0o755)
-		case "file":
+		switch e.Kind {
+		case proto.InitLayerDirectory:
+			err = os.Mkdir(p, 0o755)
+		case proto.InitLayerFile:
 			var f *os.File
 			if f, err = os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o755); err == nil {
 				err = f.Close()
 			}
-		case "symlink":
-			err = os.Symlink(e.target, p)
+		case proto.InitLayerSymlink:
+			err = os.Symlink(e.Target, p)
+		default:
+			err = fmt.Errorf("%s: unknown kind %d", e.Path, e.Kind)
 		}
 		if err != nil {
 			return fmt.Errorf("init layer: %w", err)
 		}
 	}
-	if entries, err := os.ReadDir(filepath.Join(base, "lost+found")); err == nil && len(entries) == 0 {
-		// A 0:0 character device is overlayfs's whiteout.
-		if err := unix.Mknod(filepath.Join(dir, "lost+found"), unix.S_IFCHR, 0); err != nil {
-			return fmt.Errorf("init layer: hide lost+found: %w", err)
-		}
+	return nil
+}
+
+// writeHideLostFound makes dir hold only a whiteout of lost+found.
+func writeHideLostFound(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("clear lost+found whiteout: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("lost+found whiteout: %w", err)
+	}
+	// A 0:0 character device is overlayfs's whiteout.
+	if err := unix.Mknod(filepath.Join(dir, "lost+found"), unix.S_IFCHR, 0); err != nil {
+		return fmt.Errorf("lost+found whiteout: %w", err)
 	}
 	return nil
 }

@@ -5,13 +5,62 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 func TestWriteInitLayer(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the lost+found whiteout is a device node")
+	dir := filepath.Join(t.TempDir(), "init")
+	// A stale layer from an earlier setup is replaced.
+	if err := os.MkdirAll(filepath.Join(dir, "stale"), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	if err := writeInitLayer(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "stale")); err == nil {
+		t.Error("an earlier init layer's entry survived")
+	}
+	for _, e := range proto.InitLayer() {
+		p := filepath.Join(dir, e.Path)
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Errorf("%s: %v", e.Path, err)
+			continue
+		}
+		var ok bool
+		switch e.Kind {
+		case proto.InitLayerDirectory:
+			ok = st.IsDir()
+		case proto.InitLayerFile:
+			ok = st.Mode().IsRegular() && st.Size() == 0
+		case proto.InitLayerSymlink:
+			target, _ := os.Readlink(p)
+			ok = target == e.Target
+		}
+		if !ok {
+			t.Errorf("%s is %v, want kind %d %s", e.Path, st.Mode(), e.Kind, e.Target)
+		}
+	}
+}
+
+func TestWriteHideLostFound(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the whiteout is a device node")
+	}
+	dir := filepath.Join(t.TempDir(), "hide")
+	if err := writeHideLostFound(dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(filepath.Join(dir, "lost+found"))
+	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		t.Fatalf("lost+found is %v (%v), want a whiteout", st, err)
+	}
+}
+
+func TestLowerDirs(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		lostFound []string // files in the base's lost+found; nil: none at all
@@ -22,51 +71,36 @@ func TestWriteInitLayer(t *testing.T) {
 		{"no lost+found", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			base, dir := t.TempDir(), filepath.Join(t.TempDir(), "init")
-			if tc.lostFound != nil {
-				if err := os.Mkdir(filepath.Join(base, "lost+found"), 0o700); err != nil {
+			for _, prebuilt := range []bool{false, true} {
+				g := &GuestRootfs{Dir: t.TempDir()}
+				if prebuilt {
+					g.InitLayer, g.HideLostFound = "/husk/initlayer", "/husk/hide-lost-found"
+				}
+				base := filepath.Join(g.Dir, "base")
+				if err := os.MkdirAll(base, 0o755); err != nil {
 					t.Fatal(err)
 				}
-				for _, f := range tc.lostFound {
-					if err := os.WriteFile(filepath.Join(base, "lost+found", f), nil, 0o600); err != nil {
+				if tc.lostFound != nil {
+					if err := os.Mkdir(filepath.Join(base, "lost+found"), 0o700); err != nil {
 						t.Fatal(err)
 					}
+					for _, f := range tc.lostFound {
+						if err := os.WriteFile(filepath.Join(base, "lost+found", f), nil, 0o600); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
-			}
-			// A stale layer from an earlier setup is replaced.
-			if err := os.MkdirAll(filepath.Join(dir, "stale"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := writeInitLayer(dir, base); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := os.Lstat(filepath.Join(dir, "stale")); err == nil {
-				t.Error("an earlier init layer's entry survived")
-			}
-			for _, e := range initLayerEntries {
-				st, err := os.Lstat(filepath.Join(dir, e.path))
-				if err != nil {
-					t.Errorf("%s: %v", e.path, err)
-					continue
+				layer, hide := filepath.Join(g.Dir, "init"), filepath.Join(g.Dir, "hide-lost-found")
+				if prebuilt {
+					layer, hide = g.InitLayer, g.HideLostFound
 				}
-				var ok bool
-				switch e.kind {
-				case "dir":
-					ok = st.IsDir()
-				case "file":
-					ok = st.Mode().IsRegular() && st.Size() == 0
-				case "symlink":
-					target, _ := os.Readlink(filepath.Join(dir, e.path))
-					ok = target == e.target
+				want := []string{layer, base}
+				if tc.hidden {
+					want = []string{layer, hide, base}
 				}
-				if !ok {
-					t.Errorf("%s is %v, want a %s %s", e.path, st.Mode(), e.kind, e.target)
+				if got := g.lowerDirs(); !slices.Equal(got, want) {
+					t.Errorf("prebuilt %v: lower dirs %q, want %q", prebuilt, got, want)
 				}
-			}
-			st, err := os.Lstat(filepath.Join(dir, "lost+found"))
-			whiteout := err == nil && st.Mode()&os.ModeCharDevice != 0
-			if whiteout != tc.hidden {
-				t.Errorf("lost+found whiteout = %v, want %v", whiteout, tc.hidden)
 			}
 		})
 	}
