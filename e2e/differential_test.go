@@ -213,8 +213,12 @@ func scenarios() []scenario {
 		{name: "exec environment", args: a("exec", diffBox, "sh", "-c", "env | sort")},
 		{name: "run tty", args: a("run", "--rm", "-t", "{img}", "tty")},
 		{name: "exec tty", args: a("exec", "-t", diffBox, "tty")},
-		{name: "run IPv6 off", args: a("run", "--rm", "{img}", "sh", "-c",
-			"cat /proc/sys/net/ipv6/conf/all/disable_ipv6 /proc/sys/net/ipv6/conf/default/disable_ipv6 /proc/sys/net/ipv6/conf/lo/disable_ipv6 /proc/net/if_inet6")},
+		// On a network, not the default one: the reference dockerd has no
+		// default bridge, and a container left without any network keeps
+		// IPv6 on there.
+		{name: "run IPv6 off", args: a("run", "--rm", "--network", "diffnet6", "{img}", "sh", "-c",
+			"cat /proc/sys/net/ipv6/conf/all/disable_ipv6 /proc/sys/net/ipv6/conf/default/disable_ipv6 /proc/sys/net/ipv6/conf/lo/disable_ipv6 /proc/net/if_inet6"),
+			setup: [][]string{{"network", "create", "diffnet6"}}, cleanup: [][]string{{"network", "rm", "diffnet6"}}},
 		{name: "run IPv6 off without network", args: a("run", "--rm", "--network", "none", "{img}", "cat", "/proc/sys/net/ipv6/conf/lo/disable_ipv6", "/proc/net/if_inet6")},
 		{name: "run IPv6 on by sysctl", args: a("run", "--rm", "--sysctl", "net.ipv6.conf.all.disable_ipv6=0", "{img}", "cat", "/proc/sys/net/ipv6/conf/all/disable_ipv6")},
 		{name: "run root entries", args: a("run", "--rm", "{img}", "sh", "-c", "ls -a /; stat -c '%n %A %s %U' /.dockerenv /etc/mtab")},
