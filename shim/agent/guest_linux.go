@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -355,6 +356,8 @@ func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, 
 	if err != nil {
 		return "", err
 	}
+	// Without it the container only starts programs more slowly.
+	_ = setReadAhead("/sys/block", base, baseReadAheadKB)
 	d := g.dir()
 	baseDir, upperDir, rootDir := filepath.Join(d, "base"), filepath.Join(d, "upper"), filepath.Join(d, "root")
 	for _, p := range []string{baseDir, upperDir, rootDir} {
@@ -412,6 +415,24 @@ func (g *GuestRootfs) unmount(paths ...string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// baseReadAheadKB is the read-ahead of the image's base disk. Under TCG
+// each request costs the guest's emulated CPU far more than the bytes
+// cost QEMU to read from the host's page cache, so the base is read in
+// large requests: busybox true exec'd from the base ran a median 117 ms
+// with the kernel's 128 KiB, 83 ms with 2 MiB (cold starts, interleaved,
+// 8 each). The base is read-only and shared, so the worst it costs is
+// guest page cache.
+const baseReadAheadKB = 2048
+
+// setReadAhead sets the read-ahead of the block device dev (/dev/sda).
+func setReadAhead(sysBlock, dev string, kb int) error {
+	p := filepath.Join(sysBlock, filepath.Base(dev), "queue", "read_ahead_kb")
+	if err := os.WriteFile(p, []byte(strconv.Itoa(kb)), 0); err != nil {
+		return fmt.Errorf("set read-ahead of %s: %w", dev, err)
+	}
+	return nil
 }
 
 // findDisk returns the device (/dev/vdX or /dev/sdX) of the disk with the
