@@ -364,7 +364,7 @@ func populateDev(dev string, extra []proto.Device) error {
 }
 
 // bindEtcFiles bind-mounts the agent's hostname, hosts and resolv.conf over
-// the container's. A guest root's init layer (writeInitLayer) always has
+// the container's. A guest root's init layer (proto.InitLayer) always has
 // them; elsewhere the mount-point files are created when missing, a root
 // without /etc gets nothing, and a symlink is left alone because its
 // target would be resolved outside the container root.
