@@ -201,12 +201,11 @@ func containerRlimits(hc *container.HostConfig) []proto.Rlimit {
 
 // containerSettings are the container-wide settings the agent applies.
 func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
-	s := &proto.ContainerSettings{
-		ShmSize:  hc.ShmSize,
-		ReadOnly: hc.ReadonlyRootfs,
-		Sysctls:  hc.Sysctls,
-		Init:     hc.Init != nil && *hc.Init,
+	return &proto.ContainerSettings{
+		ShmSize:   hc.ShmSize,
+		ReadOnly:  hc.ReadonlyRootfs,
+		Sysctls:   hc.Sysctls,
+		Init:      hc.Init != nil && *hc.Init,
+		PidsLimit: pidsLimit(hc),
 	}
-	s.PidsLimit = pidsLimit(hc)
-	return s
 }
