@@ -146,7 +146,7 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open volumes: %w", err)
 	}
-	tpl := openTemplates(ctx, cfg, guest, logger)
+	tpl := openTemplates(ctx, cfg, guest, disks, logger)
 	if tpl != nil {
 		defer tpl.Close()
 	}

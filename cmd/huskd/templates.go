@@ -28,7 +28,7 @@ type daemonTemplates struct {
 // otherwise. cloud-hypervisor restores templates lazily (OnDemand): a
 // template's memory file stays while VMs of it run, which a checkpoint's
 // need not, so checkpoints keep the driver's default.
-func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, log *slog.Logger) *daemonTemplates {
+func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, disks templates.Disks, log *slog.Logger) *daemonTemplates {
 	if !cfg.Templates {
 		log.Info("templates off: every container boots its VM")
 		return nil
@@ -40,7 +40,7 @@ func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, log 
 	m, err := templates.New(ctx, templates.Options{
 		Dir: filepath.Join(cfg.Root, "templates"), Driver: drv,
 		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline, Accel: guest.Accel,
-		ReadyTimeout: guest.ReadyTimeout, Logger: log,
+		ReadyTimeout: guest.ReadyTimeout, Disks: disks, WarmDiskSize: guest.UpperSize, Logger: log,
 	})
 	if err != nil {
 		log.Warn("templates off", "err", err)

@@ -121,9 +121,7 @@ type handover interface {
 }
 
 // Disks makes the blank disks a warm-up mounts (*rootfs.Store).
-type Disks interface {
-	NewUpper(ctx context.Context, path string, size int64) error
-}
+type Disks = templates.Disks
 
 // Options configure a Pool.
 type Options struct {

@@ -147,8 +147,13 @@ type Options struct {
 	// to the agent's answer.
 	ReadyTimeout time.Duration
 	// Taps defaults to network.UnbridgedTaps.
-	Taps   Taps
-	Logger *slog.Logger
+	Taps Taps
+	// Disks, when set, has every template warmed (Warm) before it is
+	// snapshotted, on blank disks of WarmDiskSize bytes; a driver whose
+	// machines cannot unplug disks builds its templates unwarmed.
+	Disks        Disks
+	WarmDiskSize int64
+	Logger       *slog.Logger
 }
 
 // Manager builds, caches and restores templates.
@@ -424,6 +429,10 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	if err != nil {
 		return meta{}, fmt.Errorf("boot template: %w (console log: %s)", err, filepath.Join(runDir, "console.log"))
 	}
+	if err := m.warm(ctx, machine, client, tmp, suffix); err != nil {
+		_ = client.Close()
+		return meta{}, err
+	}
 	// Every restore opens a session of its own, so the template is
 	// snapshotted with none: its agent parked at the start of a session.
 	// A yamux session restored with it would first have to fail on the
@@ -551,6 +560,21 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	m.log.Debug("restored from template", "vm", cfg.ID, "restore", restored.Sub(t0), "hotplug", attached.Sub(restored),
 		"agent", connected.Sub(attached), "refresh", time.Since(connected))
 	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...), Template: d}, nil
+}
+
+// warm runs Warm in a template guest about to be snapshotted, when the
+// daemon gave disks for it and the driver can unplug them again.
+func (m *Manager) warm(ctx context.Context, machine vmm.Machine, client *host.Client, dir, serial string) error {
+	pl, ok := machine.(DiskPlugger)
+	if m.opts.Disks == nil || !ok {
+		return nil
+	}
+	st, err := Warm(ctx, Warmup{Machine: pl, Client: client, Dir: dir, Disks: m.opts.Disks, DiskSize: m.opts.WarmDiskSize, Serial: "tpl" + serial})
+	if err != nil {
+		return fmt.Errorf("boot template: %w", err)
+	}
+	m.log.Debug("template warmed", "serial", serial, "disks", st.Disks, "hotplug", st.Hotplug, "warm", st.Warm, "unplug", st.Unplug)
+	return nil
 }
 
 // connect opens an agent session, retrying while the guest boots.

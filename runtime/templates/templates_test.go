@@ -24,6 +24,8 @@ type fakeDriver struct {
 	t       *testing.T
 	version string
 	hotplug bool
+	// plug has template boots' machines plug and unplug disks (a warm-up).
+	plug bool
 	// noFileMemory refuses vmm.Config.FileMemory, as cloud-hypervisor does.
 	noFileMemory bool
 
@@ -32,8 +34,11 @@ type fakeDriver struct {
 	restores []vmm.Config
 	from     []string
 	attached [][]vmm.Disk
-	refresh  *fakeRefresher
-	killed   int
+	// plugged and unplugged are what template boots' warm-ups did.
+	plugged   []vmm.Disk
+	unplugged int
+	refresh   *fakeRefresher
+	killed    int
 }
 
 func (d *fakeDriver) Name() string                            { return "fake" }
@@ -48,6 +53,9 @@ func (d *fakeDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, erro
 	d.starts = append(d.starts, cfg)
 	if cfg.FileMemory && d.noFileMemory {
 		return nil, fmt.Errorf("file-backed memory: %w", errdefs.ErrNotImplemented)
+	}
+	if d.plug {
+		return &pluggingMachine{d.machine()}, nil
 	}
 	return d.machine(), nil
 }
@@ -121,6 +129,22 @@ func (m *hotplugMachine) AttachDisks(_ context.Context, disks []vmm.Disk) error 
 	m.d.mu.Lock()
 	defer m.d.mu.Unlock()
 	m.d.attached = append(m.d.attached, disks)
+	return nil
+}
+
+type pluggingMachine struct{ *fakeMachine }
+
+func (m *pluggingMachine) AttachDisks(_ context.Context, disks []vmm.Disk) error {
+	m.d.mu.Lock()
+	defer m.d.mu.Unlock()
+	m.d.plugged = append(m.d.plugged, disks...)
+	return nil
+}
+
+func (m *pluggingMachine) DetachDisks(_ context.Context, n int) error {
+	m.d.mu.Lock()
+	defer m.d.mu.Unlock()
+	m.d.unplugged += n
 	return nil
 }
 

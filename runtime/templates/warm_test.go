@@ -1,0 +1,133 @@
+package templates
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/husk-vm/husk/shim/agent"
+)
+
+func TestMain(m *testing.M) {
+	// A template's warm-up re-executes this test binary as the throwaway
+	// container's init and program.
+	agent.Reexec()
+	os.Exit(m.Run())
+}
+
+// fakeDisks makes empty files for disks, or fails.
+type fakeDisks struct {
+	mu   sync.Mutex
+	made []string
+	fail bool
+}
+
+func (f *fakeDisks) NewUpper(_ context.Context, path string, _ int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		return errors.New("injected failure")
+	}
+	f.made = append(f.made, path)
+	return os.WriteFile(path, nil, 0o600)
+}
+
+func newWarmingManager(t *testing.T, d *fakeDriver, taps *fakeTaps, disks Disks) *Manager {
+	t.Helper()
+	boot := t.TempDir()
+	kernel, initramfs := filepath.Join(boot, "vmlinuz"), filepath.Join(boot, "initramfs")
+	for _, p := range []string{kernel, initramfs} {
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := New(context.Background(), Options{Dir: t.TempDir(), Driver: d, Kernel: kernel, Initramfs: initramfs, Accel: "tcg",
+		Taps: taps, ReadyTimeout: 10 * time.Second, Disks: disks, WarmDiskSize: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// TestBuildWarmsTemplate: with Disks set, a template guest has two blank
+// disks plugged (a read-only base and an upper), its agent runs the
+// throwaway container on them, and they are unplugged and their files
+// removed before the snapshot; containers then restore it as usual.
+func TestBuildWarmsTemplate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the warm-up runs a process in new namespaces")
+	}
+	ctx := context.Background()
+	d := &fakeDriver{t: t, version: "1", hotplug: true, plug: true, refresh: &fakeRefresher{}}
+	disks := &fakeDisks{}
+	m := newWarmingManager(t, d, &fakeTaps{}, disks)
+	if _, err := m.Start(ctx, vmCfg(m, 1)); !errdefs.IsNotFound(err) {
+		t.Fatalf("first start: %v, want not found (no template yet)", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	plugged, unplugged := append(d.plugged[:0:0], d.plugged...), d.unplugged
+	d.mu.Unlock()
+	if len(plugged) != 2 || !plugged[0].ReadOnly || plugged[1].ReadOnly ||
+		!strings.HasPrefix(plugged[0].Serial, "warmbtpl") || !strings.HasPrefix(plugged[1].Serial, "warmutpl") {
+		t.Errorf("warm-up plugged %+v, want a read-only warmbtpl… base and a warmutpl… upper", plugged)
+	}
+	if unplugged != 2 {
+		t.Errorf("warm-up unplugged %d disks, want 2", unplugged)
+	}
+	disks.mu.Lock()
+	made := append([]string(nil), disks.made...)
+	disks.mu.Unlock()
+	if len(made) != 2 {
+		t.Errorf("warm-up made disks %v, want 2", made)
+	}
+	for _, f := range made {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("warm-up disk %s not removed: %v", f, err)
+		}
+	}
+	vm, err := m.Start(ctx, vmCfg(m, 1))
+	if err != nil {
+		t.Fatalf("start from the warmed template: %v", err)
+	}
+	vm.Client.Close()
+}
+
+// TestWarmFailureFailsBuild: a template whose warm-up fails is not kept;
+// its VM and TAPs are gone, and containers are told why they boot cold.
+func TestWarmFailureFailsBuild(t *testing.T) {
+	ctx := context.Background()
+	d := &fakeDriver{t: t, version: "1", hotplug: true, plug: true, refresh: &fakeRefresher{}}
+	taps := &fakeTaps{}
+	m := newWarmingManager(t, d, taps, &fakeDisks{fail: true})
+	if _, err := m.Start(ctx, vmCfg(m, 1)); !errdefs.IsNotFound(err) {
+		t.Fatalf("first start: %v, want not found (no template yet)", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Start(ctx, vmCfg(m, 1))
+	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "build failed") || !strings.Contains(err.Error(), "injected failure") {
+		t.Errorf("start after a failed warm-up: %v, want not found naming the failed build", err)
+	}
+	d.mu.Lock()
+	killed := d.killed
+	d.mu.Unlock()
+	if killed != 1 || len(taps.live) != 0 {
+		t.Errorf("after the failed build: %d VMs killed, TAPs %v left; want 1 and none", killed, taps.live)
+	}
+	entries, _ := os.ReadDir(m.opts.Dir)
+	if len(entries) != 0 {
+		t.Errorf("template dir holds %d entries after the failed build", len(entries))
+	}
+}
