@@ -36,6 +36,11 @@ func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, disk
 	drv := guest.Driver
 	if ch, ok := drv.(*cloudhypervisor.Driver); ok {
 		drv = ch.OnDemand()
+		// Its templates are snapshotted unwarmed: its unplug is an ACPI
+		// eject the guest completes after vm.remove-device returns, so a
+		// snapshot right after a warm-up could hold a disk half gone, and
+		// nothing this project's CI runs exercises that path.
+		disks = nil
 	}
 	m, err := templates.New(ctx, templates.Options{
 		Dir: filepath.Join(cfg.Root, "templates"), Driver: drv,
