@@ -390,7 +390,7 @@ func (m *Machine) afterStart(ctx context.Context, wantStatus string) error {
 // waitQMP connects to the monitor as soon as QEMU has created it.
 func (m *Machine) waitQMP(ctx context.Context) (*QMP, error) {
 	for {
-		q, err := dialQMP(ctx, m.path(qmpSocket))
+		q, err := DialQMP(ctx, m.path(qmpSocket))
 		if err == nil {
 			return q, nil
 		}
@@ -867,7 +867,7 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	m.signal = func(sig syscall.Signal) error { return unix.PidfdSendSignal(pidfd, sig, nil, 0) }
 	// Check the monitor before the exit waiter starts, so a failure here
 	// can close the pidfd without a goroutine still polling it.
-	q, err := dialQMP(ctx, m.path(qmpSocket))
+	q, err := DialQMP(ctx, m.path(qmpSocket))
 	if err == nil {
 		err = q.Execute(ctx, "query-status", nil, nil)
 		q.Close()
@@ -970,7 +970,7 @@ func (m *Machine) DialAgent(ctx context.Context) (net.Conn, error) {
 // QMP opens a monitor session; the caller closes it. QEMU serves one
 // monitor client at a time.
 func (m *Machine) QMP(ctx context.Context) (*QMP, error) {
-	q, err := dialQMP(ctx, m.path(qmpSocket))
+	q, err := DialQMP(ctx, m.path(qmpSocket))
 	if err != nil {
 		return nil, fmt.Errorf("qmp: %w", err)
 	}

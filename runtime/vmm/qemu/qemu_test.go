@@ -234,7 +234,7 @@ func TestQMPClient(t *testing.T) {
 		"migrate": {`{"error": {"class": "GenericError", "desc": "no uri"}, "id": $ID}`},
 		"cont":    {`{"return": {}, "id": $ID}`, `{"event": "RESUME", "timestamp": {"seconds": 3, "microseconds": 0}}`},
 	})
-	q, err := dialQMP(ctx, path)
+	q, err := DialQMP(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}

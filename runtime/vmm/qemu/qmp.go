@@ -51,9 +51,9 @@ type qmpMessage struct {
 	QMPEvent
 }
 
-// dialQMP connects to the monitor at path, reads the greeting and leaves
+// DialQMP connects to the monitor at path, reads the greeting and leaves
 // capabilities negotiation mode.
-func dialQMP(ctx context.Context, path string) (*QMP, error) {
+func DialQMP(ctx context.Context, path string) (*QMP, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
