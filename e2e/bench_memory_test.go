@@ -48,3 +48,22 @@ Pss:                5432 kB
 		}
 	}
 }
+
+// TestParseInfoJit reads QEMU 7.2's info jit, and refuses other text.
+func TestParseInfoJit(t *testing.T) {
+	out := "Translation buffer state:\r\n" +
+		"gen code size       33751715/67103744\r\n" +
+		"TB count            58959\r\n" +
+		"TB avg target size  16 max=512 bytes\r\n" +
+		"cross page TB count 166 (0%)\r\n" +
+		"\r\nStatistics:\r\n" +
+		"TB flush count      1\r\n"
+	if n, f, err := parseInfoJit(out); err != nil || n != 58959 || f != 1 {
+		t.Errorf("parseInfoJit = %d, %d, %v; want 58959, 1", n, f, err)
+	}
+	for _, bad := range []string{"TB flush count      1\n", "TB count 12\n", "TB count x\nTB flush count 0\n"} {
+		if n, f, err := parseInfoJit(bad); err == nil {
+			t.Errorf("parseInfoJit(%q) = %d, %d; want an error", bad, n, f)
+		}
+	}
+}

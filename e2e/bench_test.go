@@ -281,9 +281,13 @@ func benchMemory(t *testing.T, b *benchResults, img string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
+		if m.TranslatedBlocks, m.TranslationFlushes, err = translatedBlocks(context.Background(), suite.DaemonRoot, id); err != nil {
+			b.notes = append(b.notes, fmt.Sprintf("no translated-block count for the %s sandbox: %v", c.key, err))
+		}
 		b.memory[c.key] = m
-		t.Logf("bench: sandbox memory (%s): QEMU RSS %.1f MiB, guest RAM resident %.1f MiB, overhead %.1f MiB (PSS-based %.1f MiB) = TCG buffer %.1f + binary and libraries %.1f + private %.1f",
-			c.key, m.RSSMiB, m.GuestMiB, m.OverheadMiB, m.OverheadPSSMiB, m.TCGBufferMiB, m.FileMiB, m.PrivateMiB)
+		t.Logf("bench: sandbox memory (%s): QEMU RSS %.1f MiB, guest RAM resident %.1f MiB, overhead %.1f MiB (PSS-based %.1f MiB) = TCG buffer %.1f + binary and libraries %.1f + private %.1f; %d blocks translated",
+			c.key, m.RSSMiB, m.GuestMiB, m.OverheadMiB, m.OverheadPSSMiB, m.TCGBufferMiB, m.FileMiB, m.PrivateMiB, m.TranslatedBlocks)
 		mustDocker(t, "rm", "-f", name)
 	}
 }
@@ -301,6 +305,11 @@ type memoryFigures struct {
 	TCGBufferMiB   float64 `json:"overhead_tcg_buffer_mib"`
 	FileMiB        float64 `json:"overhead_file_backed_mib"`
 	PrivateMiB     float64 `json:"overhead_private_mib"`
+	// TranslatedBlocks is how many blocks of guest code TCG had
+	// translated by then, since its last flush (TranslationFlushes
+	// counts them: a restore makes one, a full buffer another).
+	TranslatedBlocks   int `json:"tcg_translated_blocks"`
+	TranslationFlushes int `json:"tcg_buffer_flushes"`
 }
 
 // vmmMemory reads /proc/pid/smaps: the guest's RAM is the smallest
@@ -613,6 +622,9 @@ func (b *benchResults) printTable(t *testing.T) {
 		m := b.memory[k]
 		t.Logf("bench: sandbox_memory_overhead_%-24s %7.1f MiB (RSS beyond guest RAM; PSS-based %.1f; of it TCG buffer %.1f, binary and libraries %.1f, private %.1f)",
 			k, m.OverheadMiB, m.OverheadPSSMiB, m.TCGBufferMiB, m.FileMiB, m.PrivateMiB)
+		if m.TranslatedBlocks > 0 {
+			t.Logf("bench: tcg_translated_blocks_%-28s %9d (2 s after docker run -d sleep; since flush %d of the buffer)", k, m.TranslatedBlocks, m.TranslationFlushes)
+		}
 	}
 	for _, n := range b.notes {
 		t.Logf("bench: note: %s", n)

@@ -58,6 +58,8 @@ type suiteState struct {
 	DockerConfig string
 	Registry     string
 	DaemonLog    string
+	// DaemonRoot is huskd's --root; it means nothing for dockerd.
+	DaemonRoot string
 	// Netns is the network namespace the daemon and registry run in.
 	Netns string
 	// VMM is the VMM huskd was started with ("qemu", "cloud-hypervisor").
@@ -246,6 +248,7 @@ func (w *world) setUp(ctx context.Context) error {
 		DockerConfig: filepath.Join(w.tmp, "docker-config"),
 		Registry:     w.registry.Host,
 		DaemonLog:    w.daemon.LogPath(),
+		DaemonRoot:   filepath.Join(w.daemon.Dir(), "root"),
 		Netns:        w.ns.Name,
 		Digests:      map[string]string{},
 	}
