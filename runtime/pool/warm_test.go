@@ -2,14 +2,13 @@ package pool
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/husk-vm/husk/runtime/templates/templatestest"
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/proto"
 )
@@ -19,23 +18,6 @@ func TestMain(m *testing.M) {
 	// throwaway container's init and program.
 	agent.Reexec()
 	os.Exit(m.Run())
-}
-
-// fakeDisks makes empty files for disks, or fails.
-type fakeDisks struct {
-	mu   sync.Mutex
-	made []string
-	fail bool
-}
-
-func (f *fakeDisks) NewUpper(_ context.Context, path string, _ int64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.fail {
-		return errors.New("injected failure")
-	}
-	f.made = append(f.made, path)
-	return os.WriteFile(path, nil, 0o600)
 }
 
 // TestWarmBeforePause: with Disks set, each pooled VM had two blank disks
@@ -48,7 +30,7 @@ func TestWarmBeforePause(t *testing.T) {
 		t.Skip("needs root: the warm-up runs a process in new namespaces")
 	}
 	w := newWorld(t)
-	disks := &fakeDisks{}
+	disks := &templatestest.Disks{}
 	w.disks = disks
 	p := w.open(t, 1)
 	p.Prepare(w.shape)
@@ -68,9 +50,7 @@ func TestWarmBeforePause(t *testing.T) {
 	if left != 0 {
 		t.Errorf("%d disks still plugged after the warm-up", left)
 	}
-	disks.mu.Lock()
-	made := append([]string(nil), disks.made...)
-	disks.mu.Unlock()
+	made := disks.Made()
 	for _, f := range made {
 		if _, err := os.Stat(f); !os.IsNotExist(err) {
 			t.Errorf("warm-up disk %s not removed: %v", f, err)
@@ -101,7 +81,7 @@ func TestWarmBeforePause(t *testing.T) {
 // with its TAPs and directory; nothing is pooled.
 func TestWarmFailureLeavesNothing(t *testing.T) {
 	w := newWorld(t)
-	w.disks = &fakeDisks{fail: true}
+	w.disks = &templatestest.Disks{Fail: true}
 	p := w.open(t, 1)
 	p.Prepare(w.shape)
 	waitFor(t, "a restore failed", func() bool {

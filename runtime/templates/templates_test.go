@@ -190,14 +190,22 @@ func (f *fakeTaps) Delete(name string) error {
 
 func newManager(t *testing.T, dir string, d *fakeDriver, taps *fakeTaps) *Manager {
 	t.Helper()
+	return newManagerWith(t, Options{Dir: dir, Driver: d, Taps: taps})
+}
+
+// newManagerWith opens a Manager with opts, a kernel and initramfs of
+// its own, the accelerator tcg and a 10 s ready timeout.
+func newManagerWith(t *testing.T, opts Options) *Manager {
+	t.Helper()
 	boot := t.TempDir()
-	kernel, initramfs := filepath.Join(boot, "vmlinuz"), filepath.Join(boot, "initramfs")
-	for _, p := range []string{kernel, initramfs} {
+	opts.Kernel, opts.Initramfs = filepath.Join(boot, "vmlinuz"), filepath.Join(boot, "initramfs")
+	for _, p := range []string{opts.Kernel, opts.Initramfs} {
 		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m, err := New(context.Background(), Options{Dir: dir, Driver: d, Kernel: kernel, Initramfs: initramfs, Accel: "tcg", Taps: taps, ReadyTimeout: 10 * time.Second})
+	opts.Accel, opts.ReadyTimeout = "tcg", 10*time.Second
+	m, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

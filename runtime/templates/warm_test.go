@@ -2,16 +2,13 @@ package templates
 
 import (
 	"context"
-	"errors"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/husk-vm/husk/runtime/templates/templatestest"
 	"github.com/husk-vm/husk/shim/agent"
 )
 
@@ -22,39 +19,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakeDisks makes empty files for disks, or fails.
-type fakeDisks struct {
-	mu   sync.Mutex
-	made []string
-	fail bool
-}
-
-func (f *fakeDisks) NewUpper(_ context.Context, path string, _ int64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.fail {
-		return errors.New("injected failure")
-	}
-	f.made = append(f.made, path)
-	return os.WriteFile(path, nil, 0o600)
-}
-
 func newWarmingManager(t *testing.T, d *fakeDriver, taps *fakeTaps, disks Disks) *Manager {
 	t.Helper()
-	boot := t.TempDir()
-	kernel, initramfs := filepath.Join(boot, "vmlinuz"), filepath.Join(boot, "initramfs")
-	for _, p := range []string{kernel, initramfs} {
-		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m, err := New(context.Background(), Options{Dir: t.TempDir(), Driver: d, Kernel: kernel, Initramfs: initramfs, Accel: "tcg",
-		Taps: taps, ReadyTimeout: 10 * time.Second, Disks: disks, WarmDiskSize: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	return m
+	return newManagerWith(t, Options{Dir: t.TempDir(), Driver: d, Taps: taps, Disks: disks, WarmDiskSize: 64 << 20})
 }
 
 // TestBuildWarmsTemplate: with Disks set, a template guest has two blank
@@ -67,7 +34,7 @@ func TestBuildWarmsTemplate(t *testing.T) {
 	}
 	ctx := context.Background()
 	d := &fakeDriver{t: t, version: "1", hotplug: true, plug: true, refresh: &fakeRefresher{}}
-	disks := &fakeDisks{}
+	disks := &templatestest.Disks{}
 	m := newWarmingManager(t, d, &fakeTaps{}, disks)
 	if _, err := m.Start(ctx, vmCfg(m, 1)); !errdefs.IsNotFound(err) {
 		t.Fatalf("first start: %v, want not found (no template yet)", err)
@@ -85,9 +52,7 @@ func TestBuildWarmsTemplate(t *testing.T) {
 	if unplugged != 2 {
 		t.Errorf("warm-up unplugged %d disks, want 2", unplugged)
 	}
-	disks.mu.Lock()
-	made := append([]string(nil), disks.made...)
-	disks.mu.Unlock()
+	made := disks.Made()
 	if len(made) != 2 {
 		t.Errorf("warm-up made disks %v, want 2", made)
 	}
@@ -109,7 +74,7 @@ func TestWarmFailureFailsBuild(t *testing.T) {
 	ctx := context.Background()
 	d := &fakeDriver{t: t, version: "1", hotplug: true, plug: true, refresh: &fakeRefresher{}}
 	taps := &fakeTaps{}
-	m := newWarmingManager(t, d, taps, &fakeDisks{fail: true})
+	m := newWarmingManager(t, d, taps, &templatestest.Disks{Fail: true})
 	if _, err := m.Start(ctx, vmCfg(m, 1)); !errdefs.IsNotFound(err) {
 		t.Fatalf("first start: %v, want not found (no template yet)", err)
 	}
