@@ -111,13 +111,12 @@ type Network interface {
 	AdoptTaps(ctx context.Context, taps, spares []string) error
 }
 
-// handover is what a pooled VM's machine must do when taken
-// (qemu.Machine does).
+// handover is what a pooled VM's machine must do when taken, and to be
+// warmed before (qemu.Machine does).
 type handover interface {
 	Relocate(dir string) error
 	RecordNICMACs(macs []string) error
-	AttachDisks(ctx context.Context, disks []vmm.Disk) error
-	DetachDisks(ctx context.Context, n int) error
+	templates.DiskPlugger
 }
 
 // Disks makes the blank disks a warm-up mounts (*rootfs.Store).

@@ -13,9 +13,9 @@ import (
 	"github.com/husk-vm/husk/shim/proto"
 )
 
-// WarmTimeout bounds a warm-up (about a second on the 2-core development
+// warmTimeout bounds a warm-up (about a second on the 2-core development
 // host), so that a guest that hangs in it costs one VM, not its caller.
-const WarmTimeout = time.Minute
+const warmTimeout = time.Minute
 
 // Disks makes the blank disks a warm-up mounts (*rootfs.Store).
 type Disks interface {
@@ -65,7 +65,7 @@ type WarmStages struct {
 // of a snapshot but lives as long as the QEMU process, so running the
 // code once before a take moves its translation to the refill.
 func Warm(ctx context.Context, w Warmup) (_ WarmStages, err error) {
-	ctx, cancel := context.WithTimeout(ctx, WarmTimeout)
+	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
 	var st WarmStages
 	t0 := time.Now()
