@@ -71,6 +71,13 @@ type Disk struct {
 	Path     string
 	ReadOnly bool
 	Serial   string
+	// Removable makes the disk a device whose medium can be changed while
+	// the VM runs; with no Path it starts empty. A Machine's AttachDisks
+	// puts a disk of the same serial and access into such an empty device
+	// rather than plugging a new one, and DetachDisks empties it again.
+	// Drivers that lack removable media refuse it with
+	// errdefs.ErrNotImplemented.
+	Removable bool
 }
 
 // Driver starts VMs of one kind.

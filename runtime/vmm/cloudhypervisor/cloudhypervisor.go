@@ -378,6 +378,9 @@ func validate(cfg vmm.Config) error {
 		return bad("cloud-hypervisor runs only on KVM, not %q", cfg.Accel)
 	}
 	for _, dk := range cfg.Disks {
+		if dk.Removable {
+			return fmt.Errorf("vm %s: cloud-hypervisor has no removable disks: %w", cfg.ID, errdefs.ErrNotImplemented)
+		}
 		if dk.Path == "" {
 			return bad("disk without a path")
 		}

@@ -183,3 +183,106 @@ func awaitDisks(t *testing.T, ctx context.Context, m vmm.Machine, dir, want stri
 	console, _ := os.ReadFile(filepath.Join(dir, consoleLog))
 	t.Fatalf("guest never listed the disks of %q: last answer %q, last error %v; console:\n%s", want, got, lastErr, console)
 }
+
+// TestRemovableDisks is the template path with empty removable disks: a
+// VM booted with them is snapshotted and restored, its disks are inserted
+// as media, taken out and replaced by others of other sizes, and the
+// guest sees each medium's size and data when it opens the disk; a
+// snapshot then restores into a VM started with the disks, which keep
+// their media.
+func TestRemovableDisks(t *testing.T) {
+	env := needBoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	drv := New(Options{Binary: env.qemu})
+	slots := []vmm.Disk{{ReadOnly: true, Serial: "husk-base", Removable: true}, {Serial: "husk-upper", Removable: true}}
+	withSlots := func(id string) vmm.Config {
+		c := vmConfig(t, env, id)
+		c.Disks = slots
+		return c
+	}
+	tpl, err := drv.Start(ctx, withSlots("tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(tpl) })
+	// An empty disk reads as writable: write protection is the medium's.
+	if r := say(t, ctx, tpl, "hello"); diskSet(r) != diskSet("ready sda=husk-base:rw sdb=husk-upper:rw") {
+		t.Fatalf("guest with empty disks said %q", r)
+	}
+	snap := t.TempDir()
+	if err := tpl.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	cfg := withSlots("restored")
+	vm, err := drv.Restore(ctx, cfg, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(vm) })
+	m := vm.(*Machine)
+	if r, want := say(t, ctx, m, "media"), "media sda=husk-base:none sdb=husk-upper:none"; diskSet(r) != diskSet(want) {
+		t.Fatalf("restored guest's disks: %q, want %q", r, want)
+	}
+	image := func(name, data string, size int64) string {
+		p := filepath.Join(cfg.Dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, size); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := []vmm.Disk{
+		{Path: image("b1", "BASE-ONE", 1<<20), ReadOnly: true, Serial: "husk-base"},
+		{Path: image("u1", "UPPER-1", 2<<20), Serial: "husk-upper"},
+	}
+	second := []vmm.Disk{
+		{Path: image("b2", "BASE-TWO", 3<<20), ReadOnly: true, Serial: "husk-base"},
+		{Path: image("u2", "UPPER-2", 1<<20), Serial: "husk-upper"},
+	}
+	if err := m.AttachDisks(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if r, want := say(t, ctx, m, "media"), "media sda=husk-base:1048576:BASE-ONE sdb=husk-upper:2097152:UPPER-1"; diskSet(r) != diskSet(want) {
+		t.Fatalf("after the insert: %q, want %q", r, want)
+	}
+	if got := len(m.layout.Disks); got != 2 {
+		t.Fatalf("layout has %d disks after inserts, want the 2 it had", got)
+	}
+	if err := m.DetachDisks(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if r, want := say(t, ctx, m, "media"), "media sda=husk-base:none sdb=husk-upper:none"; diskSet(r) != diskSet(want) {
+		t.Fatalf("after the eject: %q, want %q", r, want)
+	}
+	if err := m.AttachDisks(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	want := "media sda=husk-base:3145728:BASE-TWO sdb=husk-upper:1048576:UPPER-2"
+	if r := say(t, ctx, m, "media"); diskSet(r) != diskSet(want) {
+		t.Fatalf("after the second insert: %q, want %q", r, want)
+	}
+	if r := say(t, ctx, m, "incr"); r != "count 1" {
+		t.Fatalf("guest counted %q", r)
+	}
+	snap2 := t.TempDir()
+	if err := m.Snapshot(ctx, snap2); err != nil {
+		out, _ := os.ReadFile(filepath.Join(cfg.Dir, outputLog))
+		t.Fatalf("%v\n%s", err, out)
+	}
+	full := vmConfig(t, env, "full")
+	full.Disks = second
+	again, err := drv.Restore(ctx, full, snap2)
+	if err != nil {
+		t.Fatalf("restore a VM with inserted disks into one started with them: %v", err)
+	}
+	t.Cleanup(func() { stopVM(again) })
+	if r := say(t, ctx, again, "incr"); r != "count 2" {
+		t.Errorf("restored guest counted %q, want count 2", r)
+	}
+	if r := say(t, ctx, again, "media"); diskSet(r) != diskSet(want) {
+		t.Errorf("restored guest's disks: %q, want %q", r, want)
+	}
+}

@@ -262,7 +262,7 @@ type memorySpec struct {
 // slots, CPU model) and the RAM file; the driver fills in the rest. On
 // error nothing is left running.
 func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Machine, error) {
-	if err := validate(cfg); err != nil {
+	if err := validate(cfg, d.machine); err != nil {
 		return nil, err
 	}
 	if d.machine != MachineMicroVM && d.machine != MachinePC {
@@ -404,7 +404,7 @@ func (m *Machine) waitQMP(ctx context.Context) (*QMP, error) {
 	}
 }
 
-func validate(cfg vmm.Config) error {
+func validate(cfg vmm.Config, machine string) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("vm %s: %s: %w", cfg.ID, fmt.Sprintf(format, a...), errdefs.ErrInvalidArgument)
 	}
@@ -424,7 +424,10 @@ func validate(cfg vmm.Config) error {
 		return bad("%d disks and %d NICs, at most %d and %d", len(cfg.Disks), len(cfg.Nets), maxDisks, maxNets)
 	}
 	for _, d := range cfg.Disks {
-		if d.Path == "" {
+		if d.Removable && machine != MachinePC {
+			return fmt.Errorf("vm %s: machine %s has no removable disks: %w", cfg.ID, machine, errdefs.ErrNotImplemented)
+		}
+		if d.Path == "" && !d.Removable {
 			return bad("disk without a path")
 		}
 		if len(d.Serial) > maxSerial {
@@ -654,10 +657,16 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 		if machine == MachinePC {
 			dev = fmt.Sprintf("scsi-hd,bus=%s,channel=0,scsi-id=%d,lun=0,id=%s,drive=%s,serial=%s", scsiBus, i, diskDevice(i), id, optEscape(d.Serial))
 		}
-		args = append(args,
-			"-drive", fmt.Sprintf("file=/dev/fdset/%d,file.locking=off,if=none,format=raw,id=%s,readonly=%s", set, id, ro),
-			"-device", dev,
-		)
+		if d.Removable {
+			dev += ",removable=on"
+		}
+		drive := fmt.Sprintf("file=/dev/fdset/%d,file.locking=off,if=none,format=raw,id=%s,readonly=%s", set, id, ro)
+		if d.Path == "" {
+			// An empty backend: its read-only flag must be the medium's
+			// to come, or QEMU refuses to insert a read-only one.
+			drive = fmt.Sprintf("if=none,id=%s,readonly=%s", id, ro)
+		}
+		args = append(args, "-drive", drive, "-device", dev)
 	}
 	if len(cfg.Nets) == 0 {
 		args = append(args, "-nic", "none")
@@ -709,8 +718,12 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 // read-only.
 const firstDiskFD = 3 // the first of exec.Cmd.ExtraFiles
 
-// diskModes are the access modes a disk's fd set holds, in order.
+// diskModes are the access modes a disk's fd set holds, in order; an
+// empty removable disk has none.
 func diskModes(d vmm.Disk) []int {
+	if d.Path == "" {
+		return nil
+	}
 	if d.ReadOnly {
 		return []int{os.O_RDONLY}
 	}

@@ -163,12 +163,14 @@ func TestValidate(t *testing.T) {
 		{"bad accel", func(c *vmm.Config) { c.Accel = "hvf" }, false},
 		{"long serial", func(c *vmm.Config) { c.Disks = []vmm.Disk{{Path: "d", Serial: strings.Repeat("s", 21)}} }, false},
 		{"20-byte serial", func(c *vmm.Config) { c.Disks = []vmm.Disk{{Path: "d", Serial: strings.Repeat("s", 20)}} }, true},
+		{"empty disk", func(c *vmm.Config) { c.Disks = []vmm.Disk{{Serial: "s"}} }, false},
+		{"empty removable disk", func(c *vmm.Config) { c.Disks = []vmm.Disk{{Serial: "s", Removable: true}} }, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := good
 			tt.mod(&cfg)
-			err := validate(cfg)
+			err := validate(cfg, MachinePC)
 			if (err == nil) != tt.ok {
 				t.Fatalf("validate err = %v, want ok=%v", err, tt.ok)
 			}
@@ -481,5 +483,59 @@ func TestQEMUArgsFileMemory(t *testing.T) {
 	shared.Shares = []vmm.Share{{Tag: "husk0", Socket: "/s.sock"}}
 	if _, err := qemuArgs(argSpec{machine: MachinePC, memory: memorySpec{path: "/t/memory", shared: true}}, shared); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("file memory with shares: %v, want invalid argument", err)
+	}
+}
+
+// TestQEMUArgsRemovable: an empty removable disk is a backend with no
+// file and no fd set, read-only as its medium will be; a removable disk
+// with a medium is the usual drive; both devices are removable, and the
+// fd sets of the disks after an empty one keep their numbers.
+func TestQEMUArgsRemovable(t *testing.T) {
+	cfg := vmm.Config{ID: "c1", Dir: t.TempDir(), Kernel: "/boot/vmlinuz", Initramfs: "/i.cpio", Disks: []vmm.Disk{
+		{ReadOnly: true, Serial: "husk-base", Removable: true},
+		{Path: "/u.img", Serial: "husk-upper", Removable: true},
+	}}
+	args, err := qemuArgs(argSpec{machine: MachinePC}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDrives := []string{
+		"if=none,id=disk0,readonly=on",
+		"file=/dev/fdset/2,file.locking=off,if=none,format=raw,id=disk1,readonly=off",
+	}
+	if got := argAfter(args, "-drive"); !slices.Equal(got, wantDrives) {
+		t.Errorf("-drive = %q, want %q", got, wantDrives)
+	}
+	if got, want := argAfter(args, "-add-fd"), []string{"fd=3,set=2", "fd=4,set=2"}; !slices.Equal(got, want) {
+		t.Errorf("-add-fd = %q, want %q", got, want)
+	}
+	var removable int
+	for _, d := range argAfter(args, "-device") {
+		if strings.HasPrefix(d, "scsi-hd,") && strings.HasSuffix(d, ",removable=on") {
+			removable++
+		}
+	}
+	if removable != 2 {
+		t.Errorf("%d removable SCSI disks in %q, want 2", removable, argAfter(args, "-device"))
+	}
+}
+
+// TestLayoutRemovable: whether a removable disk holds a medium is not
+// migrated state, which disks are removable is.
+func TestLayoutRemovable(t *testing.T) {
+	d := New(Options{Binary: "qemu-system-x86_64"})
+	base := vmm.Config{Disks: []vmm.Disk{{Path: "/b", ReadOnly: true, Serial: "b", Removable: true}}}
+	empty := vmm.Config{Disks: []vmm.Disk{{ReadOnly: true, Serial: "b", Removable: true}}}
+	fixed := vmm.Config{Disks: []vmm.Disk{{Path: "/b", ReadOnly: true, Serial: "b"}}}
+	inserted := d.layoutOf(base, nil)
+	inserted.Disks[0].Medium = "medium0"
+	if !inserted.equal(d.layoutOf(base, nil)) {
+		t.Error("a medium's node name made two layouts differ")
+	}
+	if d.layoutOf(empty, nil).equal(d.layoutOf(base, nil)) {
+		t.Error("an empty disk's layout equals a full one's")
+	}
+	if d.layoutOf(fixed, nil).equal(d.layoutOf(base, nil)) {
+		t.Error("a fixed disk's layout equals a removable one's")
 	}
 }

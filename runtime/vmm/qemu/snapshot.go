@@ -99,6 +99,21 @@ func (l layout) cpu() string {
 type layoutDisk struct {
 	ReadOnly bool   `json:"readOnly"`
 	Serial   string `json:"serial"`
+	// Removable is a device whose medium changes while the VM runs
+	// (vmm.Disk.Removable); Empty says it holds none.
+	Removable bool `json:"removable,omitempty"`
+	Empty     bool `json:"empty,omitempty"`
+	// Medium is the block node AttachDisks added for a medium it inserted,
+	// which DetachDisks deletes; "" when the medium came with the command
+	// line (a restore's), which leaves with the device's backend. It is
+	// not migrated state and equal ignores it.
+	Medium string `json:"medium,omitempty"`
+}
+
+// migrated is the part of a disk the migration stream depends on.
+func (d layoutDisk) migrated() layoutDisk {
+	d.Medium = ""
+	return d
 }
 
 // layoutNIC is one NIC: its slot as an offset from firstNetSlot, and the
@@ -148,7 +163,7 @@ func (d *Driver) layoutOf(cfg vmm.Config, netSlots []int) layout {
 		l.Accel = "tcg"
 	}
 	for _, disk := range cfg.Disks {
-		l.Disks = append(l.Disks, layoutDisk{ReadOnly: disk.ReadOnly, Serial: disk.Serial})
+		l.Disks = append(l.Disks, layoutDisk{ReadOnly: disk.ReadOnly, Serial: disk.Serial, Removable: disk.Removable, Empty: disk.Path == ""})
 	}
 	return l
 }
@@ -157,7 +172,8 @@ func (d *Driver) layoutOf(cfg vmm.Config, netSlots []int) layout {
 // compared: a restore takes them from the snapshot's layout.
 func (l layout) equal(o layout) bool {
 	return l.Machine == o.Machine && l.Accel == o.Accel && l.MemoryMiB == o.MemoryMiB &&
-		l.CPUs == o.CPUs && l.Nets == o.Nets && l.Slots == o.Slots && slices.Equal(l.Disks, o.Disks)
+		l.CPUs == o.CPUs && l.Nets == o.Nets && l.Slots == o.Slots &&
+		slices.EqualFunc(l.Disks, o.Disks, func(a, b layoutDisk) bool { return a.migrated() == b.migrated() })
 }
 
 // Snapshot implements vmm.Machine. The VM is paused first if it is not
@@ -358,6 +374,16 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	var want layout
 	if err := json.Unmarshal(b, &want); err != nil {
 		return nil, fmt.Errorf("restore vm %s: decode snapshot layout: %w", cfg.ID, err)
+	}
+	// Like NIC slots, which disks are removable is the snapshot's to say:
+	// a container's checkpoint restores its disks as the VM it was taken
+	// of had them, whether that VM booted with them or took them into a
+	// template's empty devices.
+	cfg.Disks = slices.Clone(cfg.Disks)
+	for i := range cfg.Disks {
+		if i < len(want.Disks) && want.Disks[i].Removable {
+			cfg.Disks[i].Removable = true
+		}
 	}
 	if got := d.layoutOf(cfg, nil); !got.equal(want) {
 		return nil, fmt.Errorf("restore vm %s: the snapshot was taken of a VM laid out as %+v, not %+v: %w",

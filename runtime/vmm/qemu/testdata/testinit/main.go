@@ -3,7 +3,9 @@
 // and sysfs, finds the husk.agent virtio-serial port and the disks'
 // serials (virtio-blk, or SCSI's VPD page 0x80), then answers the host:
 // any line but "ping" gets "ready sda=<serial>:ro sdb=<serial>:rw ...", "ping" gets "pong", and
-// "incr" increments a counter in memory and answers "count <n>".
+// "incr" increments a counter in memory and answers "count <n>", and
+// "media" opens each disk and answers "media sda=<serial>:<bytes>:<first
+// 8 bytes> ..." (":none" for a removable disk without a medium).
 package main
 
 import (
@@ -79,6 +81,8 @@ func run() error {
 		switch strings.TrimSpace(line) {
 		case "ping":
 			reply = "pong"
+		case "media":
+			reply = "media" + media()
 		case "incr":
 			// Memory that must survive a snapshot and restore.
 			counter++
@@ -125,6 +129,32 @@ func disks() string {
 			mode = "ro"
 		}
 		fmt.Fprintf(&b, " %s=%s:%s", filepath.Base(d), serial, mode)
+	}
+	return b.String()
+}
+
+// media opens each disk, which makes the kernel check a removable disk
+// for a new medium (and re-read its capacity, dropping what it cached),
+// and reports its size and first bytes.
+func media() string {
+	devs, _ := filepath.Glob("/sys/block/sd*")
+	slices.Sort(devs)
+	var b strings.Builder
+	for _, d := range devs {
+		serial := ""
+		if v, err := os.ReadFile(filepath.Join(d, "device", "vpd_pg80")); err == nil && len(v) > 4 {
+			serial = strings.Trim(string(v[4:]), " \x00")
+		}
+		f, err := os.Open("/dev/" + filepath.Base(d))
+		if err != nil {
+			fmt.Fprintf(&b, " %s=%s:none", filepath.Base(d), serial)
+			continue
+		}
+		size, _ := f.Seek(0, io.SeekEnd)
+		head := make([]byte, 8)
+		n, _ := f.ReadAt(head, 0)
+		f.Close()
+		fmt.Fprintf(&b, " %s=%s:%d:%s", filepath.Base(d), serial, size, strings.TrimRight(string(head[:n]), "\x00"))
 	}
 	return b.String()
 }
