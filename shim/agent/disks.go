@@ -33,3 +33,10 @@ func diskBySerial(sysBlock, serial string) string {
 	}
 	return ""
 }
+
+// isRemovable tells whether the block device dev under sysBlock has
+// removable media.
+func isRemovable(sysBlock, dev string) bool {
+	b, err := os.ReadFile(filepath.Join(sysBlock, dev, "removable"))
+	return err == nil && string(bytes.TrimSpace(b)) == "1"
+}

@@ -44,3 +44,20 @@ func TestDiskBySerial(t *testing.T) {
 		t.Errorf("no sysfs: got %q", got)
 	}
 }
+
+func TestIsRemovable(t *testing.T) {
+	sys := t.TempDir()
+	for dev, v := range map[string]string{"sda": "1\n", "sdb": "0\n"} {
+		if err := os.MkdirAll(filepath.Join(sys, dev), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sys, dev, "removable"), []byte(v), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for dev, want := range map[string]bool{"sda": true, "sdb": false, "sdz": false} {
+		if got := isRemovable(sys, dev); got != want {
+			t.Errorf("isRemovable(%s) = %v, want %v", dev, got, want)
+		}
+	}
+}

@@ -356,8 +356,6 @@ func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, 
 	if err != nil {
 		return "", err
 	}
-	// Without it the container only starts programs more slowly.
-	_ = setReadAhead("/sys/block", base, baseReadAheadKB)
 	d := g.dir()
 	baseDir, upperDir, rootDir := filepath.Join(d, "base"), filepath.Join(d, "upper"), filepath.Join(d, "root")
 	for _, p := range []string{baseDir, upperDir, rootDir} {
@@ -370,6 +368,10 @@ func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, 
 	if err := unix.Mount(base, baseDir, "ext4", unix.MS_RDONLY, "noload"); err != nil {
 		return "", fmt.Errorf("mount base %s: %w", base, err)
 	}
+	// After the mount: a removable disk's first open after a new medium
+	// re-reads it, which resets the read-ahead. Without it the container
+	// only starts programs more slowly.
+	_ = setReadAhead("/sys/block", base, baseReadAheadKB)
 	if err := unix.Mount(upper, upperDir, "ext4", 0, ""); err != nil {
 		unix.Unmount(baseDir, 0)
 		return "", fmt.Errorf("mount upper %s: %w", upper, err)

@@ -134,12 +134,14 @@ func isStatic(path string) (bool, error) {
 
 // ReleaseDisks deletes the SCSI devices of the disks with these serials,
 // so that the guest has forgotten them before the host unplugs them. A
-// disk without a SCSI device (virtio-blk) is left alone.
+// disk without a SCSI device (virtio-blk) is left alone, and so is a
+// removable one: the host only takes its medium out, and the device
+// stays for the next (vmm.Disk.Removable).
 func (g *GuestRootfs) ReleaseDisks(serials ...string) error {
 	var errs []error
 	for _, s := range serials {
 		dev := diskBySerial("/sys/block", s)
-		if dev == "" {
+		if dev == "" || isRemovable("/sys/block", dev) {
 			continue
 		}
 		del := filepath.Join("/sys/block", dev, "device", "delete")
