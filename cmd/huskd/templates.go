@@ -34,7 +34,11 @@ func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, disk
 		return nil
 	}
 	drv := guest.Driver
+	// QEMU's templates carry the container's two disks as empty removable
+	// disks, which a restore fills (qemu.Machine.AttachDisks).
+	slots := containers.RootDiskSlots()
 	if ch, ok := drv.(*cloudhypervisor.Driver); ok {
+		slots = nil
 		drv = ch.OnDemand()
 		// Its templates are snapshotted unwarmed: its unplug is an ACPI
 		// eject the guest completes after vm.remove-device returns, so a
@@ -45,7 +49,7 @@ func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, disk
 	m, err := templates.New(ctx, templates.Options{
 		Dir: filepath.Join(cfg.Root, "templates"), Driver: drv,
 		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline, Accel: guest.Accel,
-		ReadyTimeout: guest.ReadyTimeout, Disks: disks, WarmDiskSize: guest.UpperSize, Logger: log,
+		ReadyTimeout: guest.ReadyTimeout, Disks: disks, WarmDiskSize: guest.UpperSize, Slots: slots, Logger: log,
 	})
 	if err != nil {
 		log.Warn("templates off", "err", err)

@@ -34,6 +34,14 @@ const (
 	upperSerial = "husk-upper"
 )
 
+// RootDiskSlots are a container VM's base and upper disks as empty
+// removable disks, which a template can boot with so that a restore puts
+// the container's disks into them rather than plugging new ones
+// (templates.Options.Slots).
+func RootDiskSlots() []vmm.Disk {
+	return []vmm.Disk{{ReadOnly: true, Serial: baseSerial, Removable: true}, {Serial: upperSerial, Removable: true}}
+}
+
 // ctr is one container in memory.
 type ctr struct {
 	m   *Manager

@@ -20,7 +20,7 @@ func (p *Pool) warm(ctx context.Context, e *entry) error {
 	t0 := time.Now()
 	st, err := templates.Warm(ctx, templates.Warmup{
 		Machine: e.vm.Machine.(handover), // restore checked it
-		Client:  e.vm.Client, Dir: e.dir, Disks: p.opts.Disks, DiskSize: p.opts.WarmDiskSize, Serial: e.id,
+		Client:  e.vm.Client, Dir: e.dir, Disks: p.opts.Disks, DiskSize: p.opts.WarmDiskSize, Serial: e.id, Slots: e.vm.Slots,
 	})
 	if err != nil {
 		return fmt.Errorf("pool: %w", err)

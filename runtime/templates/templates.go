@@ -2,31 +2,34 @@
 // were booted once, which is several times faster than booting them.
 //
 // A template is a guest of one shape (VMM build, kernel and initramfs
-// digests, command line, memory, vCPUs, accelerator, NIC count) booted to
-// agent-ready with its NICs and no disks, then snapshotted. Starting a
-// container from it restores the snapshot into a new VMM with the
-// container's TAPs, hot-plugs the container's base and upper disks, opens
-// an agent session and refreshes the guest (wall clock, RNG reseeded with
+// digests, command line, memory, vCPUs, accelerator, NIC count, disk
+// slots) booted to agent-ready with its NICs and, where the driver has
+// removable disks, two empty ones (Options.Slots), then snapshotted.
+// Starting a container from it restores the snapshot into a new VMM with
+// the container's TAPs, puts the container's base and upper disks into
+// the empty removable disks as their media (or hot-plugs them), opens an
+// agent session and refreshes the guest (wall clock, RNG reseeded with
 // host entropy); the caller then sends the usual OpSetup, which gives the
 // NICs the container's MACs and addresses (InterfaceSpec.DeviceMAC names
 // the template's), sets the hostname, /etc files and mounts the disks.
 //
-// Why hot-plug and not disks provisioned in the template and swapped at
-// restore: a migration stream carries device state, not disk contents, so
-// a restore can open other files in place of the template's, but the
+// Why not the template's own disks, swapped for the container's files at
+// restore: a migration stream carries device state, not disk contents,
+// so a restore can open other files in place of the template's, but the
 // guest kernel keeps what it learnt from the template's files — their
 // capacity (read once at probe; virtio-blk only re-reads it on a config
-// change QEMU raises for block_resize, which a read-only base refuses) and
-// the block-device page cache filled by the partition scan at probe. A
-// base of another size would be cut short or read stale. A hot-plugged
-// disk is probed afresh, so the guest sees exactly the container's disk.
-// QEMU plugs them as SCSI disks into the virtio-scsi controller every VM
-// has, which the guest learns of from a virtio event (about 0.2 s under
+// change QEMU raises for block_resize, which a read-only base refuses)
+// and the block-device page cache filled by the partition scan at probe.
+// A base of another size would be cut short or read stale. A removable
+// disk's medium changes as a SCSI unit attention, on which the guest
+// re-reads the capacity and drops its cache when it next opens the disk,
+// with no probe; a hot-plugged disk is probed afresh (about 0.2 s under
 // TCG for two disks, mostly the SCSI probe; virtio-blk disks took an
-// ACPI PCI hot-plug each, 0.4-0.5 s for two); the agent absorbs this
-// while it waits for the disks' serials. Devices have fixed PCI slots and
-// SCSI targets (runtime/vmm/qemu), so a container started from a
-// template can be checkpointed and restored like any other.
+// ACPI PCI hot-plug each, 0.4-0.5 s for two). Either way the guest sees
+// exactly the container's disk, and the agent finds it by its serial.
+// Devices have fixed PCI slots and SCSI targets (runtime/vmm/qemu), so a
+// container started from a template can be checkpointed and restored
+// like any other.
 //
 // Where the driver can, the template guest's RAM is a file
 // (vmm.Config.FileMemory; cloud-hypervisor cannot, and keeps RAM in the
@@ -58,6 +61,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -102,6 +106,8 @@ type Key struct {
 	MemoryMiB int    `json:"memoryMiB"`
 	CPUs      int    `json:"cpus"`
 	NICs      int    `json:"nics"`
+	// Slots are the template's empty removable disks (Options.Slots).
+	Slots []vmm.Disk `json:"slots,omitempty"`
 }
 
 // digest names the key's directory.
@@ -153,7 +159,13 @@ type Options struct {
 	// machines cannot unplug disks builds its templates unwarmed.
 	Disks        Disks
 	WarmDiskSize int64
-	Logger       *slog.Logger
+	// Slots, when set, are empty removable disks (vmm.Disk.Removable)
+	// every template boots with, into which a restore inserts the
+	// container's disks of the same serials and access, where without
+	// them it hot-plugs the disks (see the package doc). Only drivers
+	// with removable disks take them.
+	Slots  []vmm.Disk
+	Logger *slog.Logger
 }
 
 // Manager builds, caches and restores templates.
@@ -225,7 +237,8 @@ func (m *Manager) load(ctx context.Context, base Key) error {
 		}
 		stale := err != nil || strings.HasPrefix(e.Name(), buildPrefix) || md.Key.digest() != e.Name() ||
 			md.Key.VMM != base.VMM || md.Key.Kernel != base.Kernel || md.Key.Initramfs != base.Initramfs ||
-			md.Key.Cmdline != base.Cmdline || md.Key.Accel != base.Accel
+			md.Key.Cmdline != base.Cmdline || md.Key.Accel != base.Accel || md.Key.Format != base.Format ||
+			!slices.Equal(md.Key.Slots, base.Slots)
 		if strings.HasPrefix(e.Name(), buildPrefix) {
 			m.abandonBuild(ctx, dir)
 		}
@@ -269,7 +282,7 @@ func (m *Manager) baseKey(ctx context.Context) (Key, error) {
 	if accel == "" {
 		accel = "tcg"
 	}
-	return Key{Format: format, VMM: m.opts.Driver.Name() + " " + version, Kernel: k, Initramfs: i, Cmdline: m.opts.Cmdline, Accel: accel}, nil
+	return Key{Format: format, VMM: m.opts.Driver.Name() + " " + version, Kernel: k, Initramfs: i, Cmdline: m.opts.Cmdline, Accel: accel, Slots: m.opts.Slots}, nil
 }
 
 func (m *Manager) keyFor(ctx context.Context, memoryMiB, cpus, nics int) (Key, error) {
@@ -406,7 +419,7 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	}
 	vc := vmm.Config{
 		ID: "template-" + k.digest()[:8], Dir: runDir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
-		Cmdline: m.opts.Cmdline, MemoryMiB: k.MemoryMiB, CPUs: k.CPUs, Accel: k.Accel, Nets: nets,
+		Cmdline: m.opts.Cmdline, MemoryMiB: k.MemoryMiB, CPUs: k.CPUs, Accel: k.Accel, Nets: nets, Disks: k.Slots,
 		// Restores then map the template's RAM copy-on-write instead of
 		// reading it all from the snapshot (vmm.Config.FileMemory).
 		FileMemory: true,
@@ -488,6 +501,8 @@ type VM struct {
 	DeviceMACs []string
 	// Template names the template it was restored from (Manager.Template).
 	Template string
+	// Slots are its empty removable disks (Options.Slots).
+	Slots []vmm.Disk
 }
 
 // Start restores a VM shaped as cfg from its template, attaches cfg.Disks,
@@ -520,7 +535,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("no template yet for %d MiB, %d CPUs, %d NICs: building one", k.MemoryMiB, k.CPUs, k.NICs))
 	}
 	disks := cfg.Disks
-	cfg.Disks = nil
+	cfg.Disks = k.Slots
 	t0 := time.Now()
 	machine, err := m.opts.Driver.Restore(ctx, cfg, filepath.Join(m.opts.Dir, d, snapshotDir))
 	if err != nil {
@@ -559,7 +574,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	}
 	m.log.Debug("restored from template", "vm", cfg.ID, "restore", restored.Sub(t0), "hotplug", attached.Sub(restored),
 		"agent", connected.Sub(attached), "refresh", time.Since(connected))
-	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...), Template: d}, nil
+	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...), Template: d, Slots: k.Slots}, nil
 }
 
 // warm runs Warm in a template guest about to be snapshotted, when the
@@ -569,7 +584,7 @@ func (m *Manager) warm(ctx context.Context, machine vmm.Machine, client *host.Cl
 	if m.opts.Disks == nil || !ok {
 		return nil
 	}
-	st, err := Warm(ctx, Warmup{Machine: pl, Client: client, Dir: dir, Disks: m.opts.Disks, DiskSize: m.opts.WarmDiskSize, Serial: "tpl" + serial})
+	st, err := Warm(ctx, Warmup{Machine: pl, Client: client, Dir: dir, Disks: m.opts.Disks, DiskSize: m.opts.WarmDiskSize, Serial: "tpl" + serial, Slots: m.opts.Slots})
 	if err != nil {
 		return fmt.Errorf("boot template: %w", err)
 	}

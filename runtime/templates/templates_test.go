@@ -377,3 +377,47 @@ func TestNewCleansUnfinishedBuild(t *testing.T) {
 		t.Errorf("unfinished build dir still there: %v", err)
 	}
 }
+
+// TestTemplateSlots: with Slots, a template boots with those empty
+// removable disks, restores are given them back (and the container's
+// disks after the restore), the VM names them for its warm-ups, and a
+// daemon with other slots drops the template.
+func TestTemplateSlots(t *testing.T) {
+	ctx := context.Background()
+	d := &fakeDriver{t: t, version: "1", hotplug: true, refresh: &fakeRefresher{}}
+	taps := &fakeTaps{}
+	slots := []vmm.Disk{{ReadOnly: true, Serial: "husk-base", Removable: true}, {Serial: "husk-upper", Removable: true}}
+	m := newManagerWith(t, Options{Dir: t.TempDir(), Driver: d, Taps: taps, Slots: slots})
+	if _, err := m.Start(ctx, vmCfg(m, 1)); !errdefs.IsNotFound(err) {
+		t.Fatalf("first start: %v, want not found (no template yet)", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.starts) != 1 || !slices.Equal(d.starts[0].Disks, slots) {
+		t.Fatalf("template boots = %+v, want one with the slots", d.starts)
+	}
+	vm, err := m.Start(ctx, vmCfg(m, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Client.Close()
+	if len(d.restores) != 1 || !slices.Equal(d.restores[0].Disks, slots) {
+		t.Errorf("restores = %+v, want one given the slots", d.restores)
+	}
+	if want := vmCfg(m, 1).Disks; len(d.attached) != 1 || !slices.Equal(d.attached[0], want) {
+		t.Errorf("attached %+v, want %+v", d.attached, want)
+	}
+	if !slices.Equal(vm.Slots, slots) {
+		t.Errorf("VM slots %+v, want %+v", vm.Slots, slots)
+	}
+
+	other, err := New(ctx, Options{Dir: m.opts.Dir, Driver: d, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs, Accel: "tcg", Taps: taps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if entries, _ := os.ReadDir(m.opts.Dir); len(other.ready) != 0 || len(entries) != 0 {
+		t.Errorf("a daemon without slots kept %d templates, %d dirs; want none", len(other.ready), len(entries))
+	}
+}

@@ -40,6 +40,10 @@ type Warmup struct {
 	DiskSize int64
 	// Serial tells this warm-up's disks from any other's.
 	Serial string
+	// Slots are the VM's empty removable disks (Options.Slots). The
+	// warm-up's disks take their serials, so that they go in as media as
+	// a container's will.
+	Slots []vmm.Disk
 }
 
 // WarmStages are the times Warm took, for debug logs.
@@ -69,9 +73,10 @@ func Warm(ctx context.Context, w Warmup) (_ WarmStages, err error) {
 	defer cancel()
 	var st WarmStages
 	t0 := time.Now()
+	base, upper := warmSerials(w.Slots, w.Serial)
 	disks := []vmm.Disk{
-		{Path: filepath.Join(w.Dir, "warm-base.ext4"), ReadOnly: true, Serial: "warmb" + w.Serial},
-		{Path: filepath.Join(w.Dir, "warm-upper.ext4"), Serial: "warmu" + w.Serial},
+		{Path: filepath.Join(w.Dir, "warm-base.ext4"), ReadOnly: true, Serial: base},
+		{Path: filepath.Join(w.Dir, "warm-upper.ext4"), Serial: upper},
 	}
 	defer func() {
 		for _, d := range disks {
@@ -102,4 +107,22 @@ func Warm(ctx context.Context, w Warmup) (_ WarmStages, err error) {
 	}
 	st.Unplug = time.Since(t3)
 	return st, nil
+}
+
+// warmSerials are the serials of a warm-up's base and upper disks: those
+// of a read-only and a writable slot when the VM has them, else serials
+// of their own, which no container's disk has.
+func warmSerials(slots []vmm.Disk, suffix string) (base, upper string) {
+	for _, s := range slots {
+		switch {
+		case s.ReadOnly && base == "":
+			base = s.Serial
+		case !s.ReadOnly && upper == "":
+			upper = s.Serial
+		}
+	}
+	if base == "" || upper == "" {
+		return "warmb" + suffix, "warmu" + suffix
+	}
+	return base, upper
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/templates/templatestest"
+	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/agent"
 )
 
@@ -94,5 +95,26 @@ func TestWarmFailureFailsBuild(t *testing.T) {
 	entries, _ := os.ReadDir(m.opts.Dir)
 	if len(entries) != 0 {
 		t.Errorf("template dir holds %d entries after the failed build", len(entries))
+	}
+}
+
+func TestWarmSerials(t *testing.T) {
+	base := vmm.Disk{ReadOnly: true, Serial: "husk-base", Removable: true}
+	upper := vmm.Disk{Serial: "husk-upper", Removable: true}
+	for _, c := range []struct {
+		name        string
+		slots       []vmm.Disk
+		base, upper string
+	}{
+		{"no slots", nil, "warmbx", "warmux"},
+		{"base and upper", []vmm.Disk{base, upper}, "husk-base", "husk-upper"},
+		{"upper first", []vmm.Disk{upper, base}, "husk-base", "husk-upper"},
+		{"no writable slot", []vmm.Disk{base}, "warmbx", "warmux"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if b, u := warmSerials(c.slots, "x"); b != c.base || u != c.upper {
+				t.Errorf("warmSerials = %q, %q; want %q, %q", b, u, c.base, c.upper)
+			}
+		})
 	}
 }
