@@ -111,10 +111,17 @@ func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
 			return fmt.Errorf("insert disk %s into qemu %d: %w", d.Serial, m.pid, err)
 		}
 	}
-	if len(inserts) > 0 {
-		if err := activateMedia(ctx, q); err != nil {
+	m.mu.Lock()
+	active := m.mediaActive
+	m.mu.Unlock()
+	if len(inserts) > 0 && !active {
+		cycled, err := activateMedia(ctx, q)
+		if err != nil {
 			return fmt.Errorf("insert disks into qemu %d: %w", m.pid, err)
 		}
+		m.mu.Lock()
+		m.mediaActive = cycled
+		m.mu.Unlock()
 	}
 	for _, d := range plugged {
 		i := len(next.Disks)
@@ -205,21 +212,22 @@ func insertDisk(ctx context.Context, q *QMP, i int, d vmm.Disk) error {
 // its disk; an empty device has no disk then, so without this the
 // medium keeps them held back for good, and the next snapshot fails to
 // inactivate it ("bdrv_inactivate_all() failed"). cont activates every
-// disk. A paused VM is left paused: its own cont does the same.
-func activateMedia(ctx context.Context, q *QMP) error {
+// disk, and a backend once activated stays so for the media after. A
+// paused VM is left paused (cycled is false): its own cont does the same.
+func activateMedia(ctx context.Context, q *QMP) (cycled bool, err error) {
 	var st struct {
 		Running bool `json:"running"`
 	}
 	if err := q.Execute(ctx, "query-status", nil, &st); err != nil {
-		return err
+		return false, err
 	}
 	if !st.Running {
-		return nil
+		return false, nil
 	}
 	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
-		return err
+		return false, err
 	}
-	return q.Execute(ctx, "cont", nil, nil)
+	return true, q.Execute(ctx, "cont", nil, nil)
 }
 
 // ejectDisk undoes insertDisk(i), or takes out the medium a restored VM

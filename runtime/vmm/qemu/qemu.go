@@ -213,6 +213,7 @@ func (d *Driver) Start(ctx context.Context, cfg vmm.Config) (vmm.Machine, error)
 	if err != nil {
 		return nil, err
 	}
+	m.mediaActive = true
 	return m, nil
 }
 
@@ -939,6 +940,9 @@ type Machine struct {
 	layout *layout
 	// ramTaken: a snapshot holds this FileMemory VM's RAM file.
 	ramTaken bool
+	// mediaActive: media inserted now need no activateMedia, because the
+	// VM was started rather than restored, or has been activated since.
+	mediaActive bool
 }
 
 var _ vmm.Machine = (*Machine)(nil)
