@@ -113,17 +113,24 @@ func findPort(name string) (string, error) {
 	return "", fmt.Errorf("no virtio port %s", name)
 }
 
+// serialOf is the serial of the disk whose /sys/block directory is d:
+// virtio-blk's serial, or SCSI's VPD page 0x80.
+func serialOf(d string) string {
+	if v, err := os.ReadFile(filepath.Join(d, "serial")); err == nil {
+		return strings.TrimSpace(string(v))
+	}
+	if v, err := os.ReadFile(filepath.Join(d, "device", "vpd_pg80")); err == nil && len(v) > 4 {
+		return strings.Trim(string(v[4:]), " \x00")
+	}
+	return ""
+}
+
 func disks() string {
 	devs, _ := filepath.Glob("/sys/block/[sv]d*")
 	slices.Sort(devs)
 	var b strings.Builder
 	for _, d := range devs {
-		serial := ""
-		if v, err := os.ReadFile(filepath.Join(d, "serial")); err == nil {
-			serial = strings.TrimSpace(string(v))
-		} else if v, err := os.ReadFile(filepath.Join(d, "device", "vpd_pg80")); err == nil && len(v) > 4 {
-			serial = strings.Trim(string(v[4:]), " \x00")
-		}
+		serial := serialOf(d)
 		mode := "rw"
 		if ro, _ := os.ReadFile(filepath.Join(d, "ro")); strings.TrimSpace(string(ro)) == "1" {
 			mode = "ro"
@@ -141,10 +148,7 @@ func media() string {
 	slices.Sort(devs)
 	var b strings.Builder
 	for _, d := range devs {
-		serial := ""
-		if v, err := os.ReadFile(filepath.Join(d, "device", "vpd_pg80")); err == nil && len(v) > 4 {
-			serial = strings.Trim(string(v[4:]), " \x00")
-		}
+		serial := serialOf(d)
 		f, err := os.Open("/dev/" + filepath.Base(d))
 		if err != nil {
 			fmt.Fprintf(&b, " %s=%s:none", filepath.Base(d), serial)
