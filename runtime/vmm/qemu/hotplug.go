@@ -3,7 +3,6 @@ package qemu
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 
@@ -85,7 +84,11 @@ func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
 	next := *l
 	next.Disks = slices.Clone(l.Disks)
 	var plugged []vmm.Disk
-	inserts := map[int]vmm.Disk{}
+	type insert struct {
+		i int
+		d vmm.Disk
+	}
+	var inserts []insert
 	for _, d := range disks {
 		i := slices.IndexFunc(next.Disks, func(ld layoutDisk) bool {
 			return ld.Removable && ld.Empty && ld.Serial == d.Serial && ld.ReadOnly == d.ReadOnly
@@ -94,7 +97,7 @@ func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
 			plugged = append(plugged, d)
 			continue
 		}
-		inserts[i] = d
+		inserts = append(inserts, insert{i, d})
 		next.Disks[i].Empty, next.Disks[i].Medium = false, mediumNode(i)
 	}
 	if len(next.Disks)+len(plugged) > maxDisks {
@@ -105,10 +108,9 @@ func (m *Machine) AttachDisks(ctx context.Context, disks []vmm.Disk) error {
 		return err
 	}
 	defer q.Close()
-	for _, i := range slices.Sorted(maps.Keys(inserts)) {
-		d := inserts[i]
-		if err := insertDisk(ctx, q, i, d); err != nil {
-			return fmt.Errorf("insert disk %s into qemu %d: %w", d.Serial, m.pid, err)
+	for _, in := range inserts {
+		if err := insertDisk(ctx, q, in.i, in.d); err != nil {
+			return fmt.Errorf("insert disk %s into qemu %d: %w", in.d.Serial, m.pid, err)
 		}
 	}
 	m.mu.Lock()
@@ -190,15 +192,23 @@ func insertDisk(ctx context.Context, q *QMP, i int, d vmm.Disk) error {
 		return err
 	}
 	dev := diskDevice(i)
-	for _, c := range []struct {
-		cmd  string
-		args map[string]any
-	}{
-		{"blockdev-open-tray", map[string]any{"id": dev, "force": true}},
-		{"blockdev-insert-medium", map[string]any{"id": dev, "node-name": node}},
-		{"blockdev-close-tray", map[string]any{"id": dev}},
-	} {
-		if err := q.Execute(ctx, c.cmd, c.args, nil); err != nil {
+	return executeAll(ctx, q,
+		qmpCommand{"blockdev-open-tray", map[string]any{"id": dev, "force": true}},
+		qmpCommand{"blockdev-insert-medium", map[string]any{"id": dev, "node-name": node}},
+		qmpCommand{"blockdev-close-tray", map[string]any{"id": dev}},
+	)
+}
+
+// qmpCommand is a QMP command and its arguments.
+type qmpCommand struct {
+	name string
+	args map[string]any
+}
+
+// executeAll runs commands in order until one fails.
+func executeAll(ctx context.Context, q *QMP, commands ...qmpCommand) error {
+	for _, c := range commands {
+		if err := q.Execute(ctx, c.name, c.args, nil); err != nil {
 			return err
 		}
 	}
@@ -235,17 +245,13 @@ func activateMedia(ctx context.Context, q *QMP) (cycled bool, err error) {
 // that still holds the disk has it locked, and is told it is gone.
 func ejectDisk(ctx context.Context, q *QMP, i int, medium string) error {
 	dev := diskDevice(i)
-	for _, c := range []struct {
-		cmd  string
-		args map[string]any
-	}{
-		{"blockdev-open-tray", map[string]any{"id": dev, "force": true}},
-		{"blockdev-remove-medium", map[string]any{"id": dev}},
-		{"blockdev-close-tray", map[string]any{"id": dev}},
-	} {
-		if err := q.Execute(ctx, c.cmd, c.args, nil); err != nil {
-			return err
-		}
+	err := executeAll(ctx, q,
+		qmpCommand{"blockdev-open-tray", map[string]any{"id": dev, "force": true}},
+		qmpCommand{"blockdev-remove-medium", map[string]any{"id": dev}},
+		qmpCommand{"blockdev-close-tray", map[string]any{"id": dev}},
+	)
+	if err != nil {
+		return err
 	}
 	if medium != "" {
 		if err := q.Execute(ctx, "blockdev-del", map[string]any{"node-name": medium}, nil); err != nil {
