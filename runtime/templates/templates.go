@@ -61,7 +61,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -108,6 +107,13 @@ type Key struct {
 	NICs      int    `json:"nics"`
 	// Slots are the template's empty removable disks (Options.Slots).
 	Slots []vmm.Disk `json:"slots,omitempty"`
+}
+
+// unshaped is k without its shape (memory, vCPUs, NICs): the part the
+// daemon fixes, as baseKey gives it.
+func (k Key) unshaped() Key {
+	k.MemoryMiB, k.CPUs, k.NICs = 0, 0, 0
+	return k
 }
 
 // digest names the key's directory.
@@ -236,9 +242,7 @@ func (m *Manager) load(ctx context.Context, base Key) error {
 			err = json.Unmarshal(b, &md)
 		}
 		stale := err != nil || strings.HasPrefix(e.Name(), buildPrefix) || md.Key.digest() != e.Name() ||
-			md.Key.VMM != base.VMM || md.Key.Kernel != base.Kernel || md.Key.Initramfs != base.Initramfs ||
-			md.Key.Cmdline != base.Cmdline || md.Key.Accel != base.Accel || md.Key.Format != base.Format ||
-			!slices.Equal(md.Key.Slots, base.Slots)
+			md.Key.unshaped().digest() != base.digest()
 		if strings.HasPrefix(e.Name(), buildPrefix) {
 			m.abandonBuild(ctx, dir)
 		}
