@@ -20,8 +20,10 @@ const (
 	// pciSlotPlan versions the plan below; snapshots record it, and the
 	// driver's Version names it. Plan 1 had virtio-blk disks in slots
 	// 0x10-0x1f; plan 2 has them on the virtio-scsi controller; plan 3
-	// has NICs without an option ROM (the ROM is migrated state).
-	pciSlotPlan  = 3
+	// has NICs without an option ROM (the ROM is migrated state); plan 4
+	// has a virtio-serial controller of serialPorts ports (its port count
+	// is migrated state).
+	pciSlotPlan  = 4
 	serialSlot   = 0x03
 	firstNetSlot = 0x04
 	maxNets      = 12 // slots 0x04-0x0f

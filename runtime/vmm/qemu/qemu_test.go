@@ -82,7 +82,7 @@ func TestQEMUArgs(t *testing.T) {
 		"virtio-scsi-pci,id=scsi0,addr=0x10",
 		"scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,id=vdisk0,drive=disk0,serial=base",
 		"scsi-hd,bus=scsi0.0,channel=0,scsi-id=1,lun=0,id=vdisk1,drive=disk1,serial=upper",
-		"virtio-serial-pci,id=vserial,addr=0x3",
+		"virtio-serial-pci,id=vserial,max_ports=2,addr=0x3",
 		"virtserialport,bus=vserial.0,chardev=agent,name=husk.agent",
 	} {
 		if !slices.Contains(devices, want) {
@@ -110,7 +110,7 @@ func TestQEMUArgs(t *testing.T) {
 		t.Errorf("-M = %q, want microvm", got)
 	}
 	devices = argAfter(args, "-device")
-	for _, want := range []string{"virtio-blk-device,id=vdisk0,drive=disk0,serial=base", "virtio-serial-device,id=vserial"} {
+	for _, want := range []string{"virtio-blk-device,id=vdisk0,drive=disk0,serial=base", "virtio-serial-device,id=vserial,max_ports=2"} {
 		if !slices.Contains(devices, want) {
 			t.Errorf("microvm: no -device %s in %q", want, devices)
 		}
