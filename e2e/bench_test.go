@@ -72,6 +72,7 @@ func TestBench(t *testing.T) {
 
 	benchRun(t, b, binDir, img, ref, runs)
 	benchPool(t, b, img, ref, runs)
+	benchMinimalKernelTemplate(t, b, img, ref, runs)
 	benchFirstExec(t, b, img, runs)
 	benchMemory(t, b, img)
 	benchConcurrent(t, b, img, max(runs/2, 2))
@@ -174,6 +175,58 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	if _, ok := b.samples["vmm_floor_minimal_kernel"]; ok {
 		b.ratio("minimal_kernel_floor_over_debian_floor", "vmm_floor_minimal_kernel", "vmm_floor")
 	}
+}
+
+// benchMinimalKernelTemplate measures the template path again with the
+// minimal guest kernel (make kernel) in place of Debian's, alternated with
+// dockerd + runc: a restored guest's time goes to translating the kernel
+// code it runs, and that kernel runs less of it. The daemon is restarted
+// with --kernel for this and without it afterwards.
+func benchMinimalKernelTemplate(t *testing.T, b *benchResults, img string, ref *referenceDockerd, runs int) {
+	p := os.Getenv(benchMinKernelEnv)
+	if p == "" {
+		return
+	}
+	mk, err := kernel.Find(p)
+	if err != nil {
+		t.Fatalf("%s=%s: %v", benchMinKernelEnv, p, err)
+	}
+	const ready = `msg="template ready" memory_mib=256 cpus=1 nics=1`
+	before := logCount(t, ready)
+	if err := control.do("restart-with --kernel " + p); err != nil {
+		t.Fatalf("restart huskd with --kernel %s: %v", p, err)
+	}
+	defer func() {
+		if err := control.do("restart-with"); err != nil {
+			t.Fatalf("restart huskd with its default kernel: %v", err)
+		}
+	}()
+	eventually(t, "the minimal kernel's template is ready", func() string {
+		if logCount(t, ready) == before {
+			return "no new \"template ready\" line in " + suite.DaemonLog
+		}
+		return ""
+	})
+	if r := docker(t, "run", "--rm", img, "uname", "-r"); r.Code != 0 || strings.TrimSpace(r.Stdout) != mk.Version {
+		t.Fatalf("uname -r in a guest: exit %d, %q (%s); want the minimal kernel's %q", r.Code, r.Stdout, r.Stderr, mk.Version)
+	}
+	run := func(host string) func() error {
+		return func() error {
+			cmd := exec.CommandContext(context.Background(), suite.DockerCLI, "--host", host, "run", "--rm", img, "true")
+			cmd.Env = dockerEnv()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("docker run via %s: %v: %s", host, err, out)
+			}
+			return nil
+		}
+	}
+	scs := []benchScenario{{"run_template_minimal_kernel", "docker run --rm true, from template, minimal kernel (huskd --kernel)", run(suite.DockerHost)}}
+	if ref != nil {
+		scs = append(scs, benchScenario{"run_runc", "docker run --rm true (dockerd + runc)", run(ref.host)})
+	}
+	b.alternate(t, runs, scs...)
+	b.ratio("run_template_minimal_kernel_over_runc", "run_template_minimal_kernel", "run_runc")
+	b.ratio("run_template_minimal_kernel_over_run_template", "run_template_minimal_kernel", "run_template")
 }
 
 // firstExecLoop prints a line every 20 ms: its first output after a start
