@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 )
@@ -41,19 +39,9 @@ func benchPool(t *testing.T, b *benchResults, img string, ref *referenceDockerd,
 		t.Fatal(err)
 	}
 	takenBefore := logCount(t, taken)
-	run := func(host string) func() error {
-		return func() error {
-			cmd := exec.CommandContext(context.Background(), suite.DockerCLI, "--host", host, "run", "--rm", img, "true")
-			cmd.Env = dockerEnv()
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("docker run via %s: %v: %s", host, err, out)
-			}
-			return nil
-		}
-	}
-	scs := []timedScenario{{benchScenario: benchScenario{"run_pool", "docker run --rm true, from the pool (huskd --pool-size 1)", run(suite.DockerHost)}, after: refilled}}
+	scs := []timedScenario{{benchScenario: benchScenario{"run_pool", "docker run --rm true, from the pool (huskd --pool-size 1)", benchDockerRun(suite.DockerHost, img, "true")}, after: refilled}}
 	if ref != nil {
-		scs = append(scs, timedScenario{benchScenario: benchScenario{"run_runc", "docker run --rm true (dockerd + runc)", run(ref.host)}})
+		scs = append(scs, timedScenario{benchScenario: benchScenario{"run_runc", "docker run --rm true (dockerd + runc)", benchDockerRun(ref.host, img, "true")}})
 	}
 	b.alternateTimed(t, runs, scs)
 	if got, want := logCount(t, taken)-takenBefore, runs+1; got != want {

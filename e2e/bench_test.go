@@ -122,30 +122,20 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 		defer cancel()
 		return guest.BootToReady(bctx, "tcg")
 	}
-	run := func(host string, args ...string) func() error {
-		return func() error {
-			cmd := exec.CommandContext(ctx, suite.DockerCLI, append([]string{"--host", host, "run", "--rm"}, args...)...)
-			cmd.Env = dockerEnv()
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("docker run via %s: %v: %s", host, err, out)
-			}
-			return nil
-		}
-	}
 	// Both daemons give a container a network by default (huskd a TAP on
 	// its bridge, dockerd a veth on docker0); --network none leaves it
 	// out on both sides.
 	var runc, runcNone func() error
 	if ref != nil {
-		runc = run(ref.host, img, "true")
-		runcNone = run(ref.host, "--network", "none", img, "true")
+		runc = benchDockerRun(ref.host, img, "true")
+		runcNone = benchDockerRun(ref.host, "--network", "none", img, "true")
 	}
 	scs := []benchScenario{
 		{"vmm_floor", "raw QEMU boot to agent-ready (floor)", floor},
-		{"run_cold", "docker run --rm true, cold boot (huskd)", run(suite.DockerHost, "--label", containers.BootLabel+"=cold", img, "true")},
-		{"run_template", "docker run --rm true, from template (huskd)", run(suite.DockerHost, img, "true")},
+		{"run_cold", "docker run --rm true, cold boot (huskd)", benchDockerRun(suite.DockerHost, "--label", containers.BootLabel+"=cold", img, "true")},
+		{"run_template", "docker run --rm true, from template (huskd)", benchDockerRun(suite.DockerHost, img, "true")},
 		{"run_runc", "docker run --rm true (dockerd + runc)", runc},
-		{"run_template_nonet", "docker run --rm --network none true, from template (huskd)", run(suite.DockerHost, "--network", "none", img, "true")},
+		{"run_template_nonet", "docker run --rm --network none true, from template (huskd)", benchDockerRun(suite.DockerHost, "--network", "none", img, "true")},
 		{"run_runc_nonet", "docker run --rm --network none true (dockerd + runc)", runcNone},
 	}
 	if p := os.Getenv(benchMinKernelEnv); p != "" {
@@ -174,6 +164,19 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	b.ratio("run_template_over_runc_nonet", "run_template_nonet", "run_runc_nonet")
 	if _, ok := b.samples["vmm_floor_minimal_kernel"]; ok {
 		b.ratio("minimal_kernel_floor_over_debian_floor", "vmm_floor_minimal_kernel", "vmm_floor")
+	}
+}
+
+// benchDockerRun returns a scenario that runs `docker run --rm ARGS`
+// against host.
+func benchDockerRun(host string, args ...string) func() error {
+	return func() error {
+		cmd := exec.CommandContext(context.Background(), suite.DockerCLI, append([]string{"--host", host, "run", "--rm"}, args...)...)
+		cmd.Env = dockerEnv()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("docker run via %s: %v: %s", host, err, out)
+		}
+		return nil
 	}
 }
 
@@ -210,19 +213,9 @@ func benchMinimalKernelTemplate(t *testing.T, b *benchResults, img string, ref *
 	if r := docker(t, "run", "--rm", img, "uname", "-r"); r.Code != 0 || strings.TrimSpace(r.Stdout) != mk.Version {
 		t.Fatalf("uname -r in a guest: exit %d, %q (%s); want the minimal kernel's %q", r.Code, r.Stdout, r.Stderr, mk.Version)
 	}
-	run := func(host string) func() error {
-		return func() error {
-			cmd := exec.CommandContext(context.Background(), suite.DockerCLI, "--host", host, "run", "--rm", img, "true")
-			cmd.Env = dockerEnv()
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("docker run via %s: %v: %s", host, err, out)
-			}
-			return nil
-		}
-	}
-	scs := []benchScenario{{"run_template_minimal_kernel", "docker run --rm true, from template, minimal kernel (huskd --kernel)", run(suite.DockerHost)}}
+	scs := []benchScenario{{"run_template_minimal_kernel", "docker run --rm true, from template, minimal kernel (huskd --kernel)", benchDockerRun(suite.DockerHost, img, "true")}}
 	if ref != nil {
-		scs = append(scs, benchScenario{"run_runc", "docker run --rm true (dockerd + runc)", run(ref.host)})
+		scs = append(scs, benchScenario{"run_runc", "docker run --rm true (dockerd + runc)", benchDockerRun(ref.host, img, "true")})
 	}
 	b.alternate(t, runs, scs...)
 	// No ratio to run_template: that row is of an earlier phase, and on a
