@@ -29,6 +29,7 @@ const (
 	binDirEnv = "HUSK_BIN_DIR"    // prebuilt huskd + husk-agent; built from source if empty
 	keepEnv   = "HUSK_E2E_KEEP"   // "1" keeps the temp dir (logs, state) for inspection
 	chEnv     = "HUSK_CH_BINARY"  // a cloud-hypervisor binary: huskd runs its VMs under it, not QEMU
+	kernelEnv = "HUSK_E2E_KERNEL" // a guest kernel for huskd (--kernel), e.g. make kernel's; empty: huskd's default
 
 	// Internal: how the supervising process talks to the test process.
 	roleEnv  = "HUSK_E2E_ROLE"
@@ -162,6 +163,11 @@ func missingPrerequisites(kind harness.Kind) []string {
 		if os.Getenv(binDirEnv) == "" {
 			need = append(need, "go")
 		}
+		if k := os.Getenv(kernelEnv); k != "" {
+			if _, err := os.Stat(k); err != nil {
+				missing = append(missing, fmt.Sprintf("the guest kernel %s=%s (%v)", kernelEnv, k, err))
+			}
+		}
 		if k, _ := filepath.Glob("/boot/vmlinuz-*"); len(k) == 0 {
 			missing = append(missing, "a guest kernel /boot/vmlinuz-* (apt-get install linux-image-cloud-amd64)")
 		}
@@ -233,6 +239,7 @@ func (w *world) setUp(ctx context.Context) error {
 			}
 		}
 		cfg.CHBinary = os.Getenv(chEnv)
+		cfg.Kernel = os.Getenv(kernelEnv)
 		cfg.Quiet = os.Getenv(benchEnv) == "1"
 	}
 	daemonCtx, cancel := context.WithTimeout(ctx, daemonTimeout)

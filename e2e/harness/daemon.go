@@ -36,6 +36,9 @@ type DaemonConfig struct {
 	// cloud-hypervisor (--vmm cloud-hypervisor, on KVM) instead of QEMU
 	// under TCG (Huskd only).
 	CHBinary string
+	// Kernel, when set, is the guest kernel huskd boots (--kernel), e.g.
+	// the minimal one `make kernel` builds (Huskd only).
+	Kernel string
 	// Quiet starts huskd without --debug, as users run it: its guests'
 	// agents then log at info level, and a debug line on the serial
 	// console costs the guest several milliseconds under TCG. The
@@ -103,6 +106,9 @@ func (d *Daemon) command() (*exec.Cmd, error) {
 			args = append(args, "--debug")
 		}
 		args = append(args, vmm...)
+		if d.cfg.Kernel != "" {
+			args = append(args, "--kernel", d.cfg.Kernel)
+		}
 		args = append(append(args, insecure...), d.cfg.ExtraArgs...)
 		cmd := d.ns.Command(filepath.Join(d.cfg.BinDir, "huskd"), args...)
 		if d.cfg.CHBinary != "" {
