@@ -115,7 +115,10 @@ func collapseSpaces(s string) string {
 // the same numbers, mode and owner at the container path (a directory's
 // nodes under it), for the main process and its execs alike. In a husk
 // VM the node is the guest kernel's device, so one the guest kernel does
-// not drive, and any block device, is refused at start.
+// not drive (a GPU's, the case users meet), and any block device, is
+// refused at start. The example is a GPU's rather than, say, TUN's, which
+// one kernel drives (the minimal one make kernel builds) and another
+// only as a module the guest does not load (Debian's).
 func TestDevices(t *testing.T) {
 	s := requireSuite(t)
 	img := pulled(t, testimages.Busybox)
@@ -135,13 +138,13 @@ func TestDevices(t *testing.T) {
 		name string
 		mode uint32
 		dev  int
-	}{{"tun", unix.S_IFCHR | 0o666, int(unix.Mkdev(10, 200))}, {"loop", unix.S_IFBLK | 0o660, int(unix.Mkdev(7, 0))}} {
+	}{{"nvidia0", unix.S_IFCHR | 0o666, int(unix.Mkdev(195, 0))}, {"loop", unix.S_IFBLK | 0o660, int(unix.Mkdev(7, 0))}} {
 		if err := unix.Mknod(filepath.Join(dir, n.name), n.mode, n.dev); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, c := range []struct{ dev, msg string }{
-		{filepath.Join(dir, "tun") + ":/dev/net/tun", "device /dev/net/tun: the guest kernel has no driver for character device 10:200 (a husk VM has none of the host's hardware)"},
+		{filepath.Join(dir, "nvidia0") + ":/dev/nvidia0", "device /dev/nvidia0: the guest kernel has no driver for character device 195:0 (a husk VM has none of the host's hardware)"},
 		{filepath.Join(dir, "loop"), fmt.Sprintf("error gathering device information while adding custom device %q: %s is a block device, and a husk VM's block devices are its own disks", filepath.Join(dir, "loop"), filepath.Join(dir, "loop"))},
 	} {
 		r := docker(t, "run", "--rm", "--name", name, "--device", c.dev, img, "true")
