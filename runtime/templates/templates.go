@@ -67,6 +67,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/google/renameio/v2"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/husk-vm/husk/kernel"
 	"github.com/husk-vm/husk/runtime/network"
@@ -551,33 +552,61 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 		}
 	}()
 	restored := time.Now()
+	var att DiskAttacher
 	if len(disks) > 0 {
-		att, ok := machine.(DiskAttacher)
-		if !ok {
+		var ok bool
+		if att, ok = machine.(DiskAttacher); !ok {
 			return nil, fmt.Errorf("restore template: %s cannot hot-plug disks: %w", m.opts.Driver.Name(), errdefs.ErrNotImplemented)
 		}
-		if err := att.AttachDisks(ctx, disks); err != nil {
-			return nil, fmt.Errorf("restore template: %w", err)
-		}
 	}
-	attached := time.Now()
-	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
-	defer cancel()
-	client, err := connect(readyCtx, machine)
-	if err != nil {
-		return nil, fmt.Errorf("restore template: %w (console log: %s)", err, filepath.Join(cfg.Dir, "console.log"))
+	// The disks go in while the agent's session opens: the first is the
+	// VMM's own work (its control socket and main thread), the second the
+	// guest's (its vCPU), so on a host with a core for each the insert
+	// costs a start nothing. The guest looks for the disks only at setup,
+	// after both.
+	g, gctx := errgroup.WithContext(ctx)
+	var attached time.Time
+	if att != nil {
+		g.Go(func() error {
+			defer func() { attached = time.Now() }()
+			if err := att.AttachDisks(gctx, disks); err != nil {
+				return fmt.Errorf("restore template: %w", err)
+			}
+			return nil
+		})
 	}
-	defer func() {
+	var client *host.Client
+	g.Go(func() error {
+		readyCtx, cancel := context.WithTimeout(gctx, m.opts.ReadyTimeout)
+		defer cancel()
+		c, err := connect(readyCtx, machine)
 		if err != nil {
-			_ = client.Close()
+			return fmt.Errorf("restore template: %w (console log: %s)", err, filepath.Join(cfg.Dir, "console.log"))
 		}
-	}()
+		client = c
+		return nil
+	})
+	gerr := g.Wait()
+	if client != nil {
+		defer func() {
+			if err != nil {
+				_ = client.Close()
+			}
+		}()
+	}
+	if gerr != nil {
+		return nil, gerr
+	}
 	connected := time.Now()
 	if err := Refresh(ctx, client); err != nil {
 		return nil, err
 	}
-	m.log.Debug("restored from template", "vm", cfg.ID, "restore", restored.Sub(t0), "hotplug", attached.Sub(restored),
-		"agent", connected.Sub(attached), "refresh", time.Since(connected))
+	hotplug := time.Duration(0)
+	if att != nil {
+		hotplug = attached.Sub(restored)
+	}
+	m.log.Debug("restored from template", "vm", cfg.ID, "restore", restored.Sub(t0), "hotplug", hotplug,
+		"agent", connected.Sub(restored), "refresh", time.Since(connected))
 	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...), Template: d, Slots: k.Slots}, nil
 }
 

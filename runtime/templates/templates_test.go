@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -28,6 +29,11 @@ type fakeDriver struct {
 	plug bool
 	// noFileMemory refuses vmm.Config.FileMemory, as cloud-hypervisor does.
 	noFileMemory bool
+	// attachErr fails restored machines' AttachDisks.
+	attachErr error
+	// attachAwaitsAgent has AttachDisks wait until the machine's agent has
+	// been dialed, failing after a while if it is not.
+	attachAwaitsAgent bool
 
 	mu       sync.Mutex
 	starts   []vmm.Config
@@ -76,17 +82,21 @@ func (d *fakeDriver) Restore(_ context.Context, cfg vmm.Config, dir string) (vmm
 }
 
 func (d *fakeDriver) machine() *fakeMachine {
-	return &fakeMachine{d: d, done: make(chan struct{})}
+	return &fakeMachine{d: d, done: make(chan struct{}), dialed: make(chan struct{})}
 }
 
 type fakeMachine struct {
 	d    *fakeDriver
 	once sync.Once
 	done chan struct{}
+	// dialed is closed when the agent is first dialed.
+	dialed     chan struct{}
+	dialedOnce sync.Once
 }
 
 func (m *fakeMachine) PID() int { return 1 }
 func (m *fakeMachine) DialAgent(ctx context.Context) (net.Conn, error) {
+	m.dialedOnce.Do(func() { close(m.dialed) })
 	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(m.d.t.TempDir()), StateDir: m.d.t.TempDir(), Refresher: m.d.refresh})
 	if err != nil {
 		return nil, err
@@ -126,8 +136,18 @@ func (m *fakeMachine) Cleanup() error { return nil }
 type hotplugMachine struct{ *fakeMachine }
 
 func (m *hotplugMachine) AttachDisks(_ context.Context, disks []vmm.Disk) error {
+	if m.d.attachAwaitsAgent {
+		select {
+		case <-m.dialed:
+		case <-time.After(5 * time.Second):
+			return errors.New("the agent was not dialed while the disks went in")
+		}
+	}
 	m.d.mu.Lock()
 	defer m.d.mu.Unlock()
+	if m.d.attachErr != nil {
+		return m.d.attachErr
+	}
 	m.d.attached = append(m.d.attached, disks)
 	return nil
 }
@@ -314,6 +334,51 @@ func TestStartWithoutHotplug(t *testing.T) {
 	}
 	if d.killed != killedBefore+1 {
 		t.Errorf("the restored VM was not killed")
+	}
+}
+
+// TestStartAttachesWhileConnecting: a restored VM's disks go in while its
+// agent's session opens, not before.
+func TestStartAttachesWhileConnecting(t *testing.T) {
+	ctx := context.Background()
+	d := &fakeDriver{t: t, version: "1", hotplug: true, refresh: &fakeRefresher{}, attachAwaitsAgent: true}
+	m := newManager(t, t.TempDir(), d, &fakeTaps{})
+	m.Prepare(ctx, 256, 1, 1)
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := m.Start(ctx, vmCfg(m, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Client.Close()
+	if len(d.attached) != 1 || len(d.attached[0]) != 2 {
+		t.Errorf("attached %+v, want base and upper once", d.attached)
+	}
+}
+
+// TestStartAttachFailure: the disks go in while the agent's session
+// opens; when they fail to, the start fails with that error, the guest
+// is not refreshed and the restored VM is killed.
+func TestStartAttachFailure(t *testing.T) {
+	ctx := context.Background()
+	attachErr := errors.New("blockdev-change-medium: no such file")
+	d := &fakeDriver{t: t, version: "1", hotplug: true, refresh: &fakeRefresher{}, attachErr: attachErr}
+	m := newManager(t, t.TempDir(), d, &fakeTaps{})
+	m.Prepare(ctx, 256, 1, 1)
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	killedBefore, clocksBefore := d.killed, d.refresh.clocks
+	_, err := m.Start(ctx, vmCfg(m, 1))
+	if !errors.Is(err, attachErr) {
+		t.Fatalf("start: %v, want the attach error", err)
+	}
+	if d.killed != killedBefore+1 {
+		t.Errorf("the restored VM was not killed")
+	}
+	if d.refresh.clocks != clocksBefore {
+		t.Errorf("the guest was refreshed after its disks failed to go in")
 	}
 }
 
