@@ -561,11 +561,11 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	}
 	// The disks go in while the agent's session opens: the first is the
 	// VMM's own work (its control socket and main thread), the second the
-	// guest's (its vCPU), so on a host with a core for each the insert
-	// costs a start nothing. The guest looks for the disks only at setup,
-	// after both.
+	// guest's (its vCPU), so on a host with a core for each neither waits
+	// for the other. The guest looks for the disks only at setup, after
+	// both.
 	g, gctx := errgroup.WithContext(ctx)
-	var attached time.Time
+	attached := restored
 	if att != nil {
 		g.Go(func() error {
 			defer func() { attached = time.Now() }()
@@ -601,11 +601,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	if err := Refresh(ctx, client); err != nil {
 		return nil, err
 	}
-	hotplug := time.Duration(0)
-	if att != nil {
-		hotplug = attached.Sub(restored)
-	}
-	m.log.Debug("restored from template", "vm", cfg.ID, "restore", restored.Sub(t0), "hotplug", hotplug,
+	m.log.Debug("restored from template", "vm", cfg.ID, "restore", restored.Sub(t0), "hotplug", attached.Sub(restored),
 		"agent", connected.Sub(restored), "refresh", time.Since(connected))
 	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...), Template: d, Slots: k.Slots}, nil
 }
