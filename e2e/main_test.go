@@ -167,8 +167,7 @@ func missingPrerequisites(kind harness.Kind) []string {
 			if _, err := os.Stat(k); err != nil {
 				missing = append(missing, fmt.Sprintf("the guest kernel %s=%s (%v)", kernelEnv, k, err))
 			}
-		}
-		if k, _ := filepath.Glob("/boot/vmlinuz-*"); len(k) == 0 {
+		} else if k, _ := filepath.Glob("/boot/vmlinuz-*"); len(k) == 0 {
 			missing = append(missing, "a guest kernel /boot/vmlinuz-* (apt-get install linux-image-cloud-amd64)")
 		}
 	case harness.Dockerd:
