@@ -429,12 +429,14 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint) (_ *run, 
 			_ = machine.Cleanup()
 		}
 	}()
+	restored := time.Now()
 	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
 	defer cancel()
 	client, err := connectAgent(readyCtx, machine)
 	if err != nil {
 		return nil, fmt.Errorf("agent after restore: %w (console log: %s)", err, filepath.Join(vmDir, "console.log"))
 	}
+	connected := time.Now()
 	defer func() {
 		if err != nil {
 			_ = client.Close()
@@ -448,6 +450,7 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint) (_ *run, 
 	if err != nil {
 		return nil, fmt.Errorf("refresh the restored guest (clock, RNG, identity): %w", err)
 	}
+	m.log.Debug("checkpoint restored", "id", c.rec.ID[:12], "connect", connected.Sub(restored), "refresh", time.Since(connected))
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}
 	if c.rec.Config.OpenStdin {
 		if r.stdin, err = r.proc.Stdin(ctx); err != nil {

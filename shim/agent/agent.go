@@ -124,6 +124,14 @@ type Agent struct {
 	cgroupDir string
 	procs     map[string]*process
 	warming   bool // an OpWarm is under way
+	// network is what the guest's interfaces were last given (by the
+	// setup or a refresh); nil when unknown, as after an interface was
+	// added or removed. A refresh that asks for the same skips the
+	// re-addressing: a checkpoint restored into its own container gets
+	// the address and MAC it had, and under TCG the netlink round trips
+	// of a re-addressing, all translated afresh after a restore, cost
+	// the guest hundreds of milliseconds.
+	network *proto.NetworkSpec
 	// setupEnded is closed, and replaced, whenever a setup ends;
 	// setupErr is why the last one failed (ProcessSpec.AwaitSetup).
 	setupEnded chan struct{}
@@ -609,6 +617,9 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) error {
 		return fmt.Errorf("setup: %w", err)
 	}
 	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir = root, spec.Hostname, etcDir, mounts, spec.Settings, cgroupDir
+	if a.opts.Network != nil {
+		a.network = appliedNetwork(spec.Network)
+	}
 	a.log.Debug("container root ready", "root", root, "hostname", spec.Hostname,
 		"network", netTook, "took", time.Since(t0))
 	return nil

@@ -136,6 +136,9 @@ func (a *Agent) changeInterface(ctx context.Context, op proto.Op, spec *proto.In
 	if etcDir == "" {
 		return &agentError{proto.KindInvalid, string(op) + ": the container is not set up"}
 	}
+	a.mu.Lock()
+	a.network = nil // re-addressed in full by the next refresh
+	a.mu.Unlock()
 	if op == proto.OpAddInterface {
 		if err := ifs.Add(ctx, spec.Interface); err != nil {
 			return fmt.Errorf("add interface %s: %w", spec.Interface.Name, err)

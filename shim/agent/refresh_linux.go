@@ -96,12 +96,27 @@ func (a *Agent) refresh(ctx context.Context, spec *proto.RefreshSpec) error {
 // would make a half-addressed guest worse.
 func (a *Agent) takeIdentity(ctx context.Context, r Refresher, id *proto.IdentitySpec) error {
 	if id.Network != nil {
-		if err := r.Readdress(ctx, id.Network); err != nil {
-			return fmt.Errorf("refresh: %w", err)
+		a.mu.Lock()
+		same := sameNetwork(a.network, appliedNetwork(id.Network))
+		a.mu.Unlock()
+		if !same {
+			err := r.Readdress(ctx, id.Network)
+			a.mu.Lock()
+			a.network = nil
+			if err == nil {
+				a.network = appliedNetwork(id.Network)
+			}
+			a.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("refresh: %w", err)
+			}
 		}
 	}
 	a.mu.Lock()
 	etcDir := a.etcDir
+	// A copy that keeps its container's hostname leaves its processes'
+	// UTS namespaces alone: joining each costs a thread of its own.
+	renamed := id.Hostname != "" && id.Hostname != a.hostname
 	if id.Hostname != "" {
 		a.hostname = id.Hostname
 	}
@@ -132,7 +147,7 @@ func (a *Agent) takeIdentity(ctx context.Context, r Refresher, id *proto.Identit
 			}
 		}
 	}
-	if id.Hostname == "" {
+	if !renamed {
 		return nil
 	}
 	for _, pid := range pids {

@@ -22,8 +22,10 @@ type fakeRefresher struct {
 	entropy []byte
 	fail    error
 
-	network   *proto.NetworkSpec
-	hostnames []string
+	network       *proto.NetworkSpec
+	readdresses   int
+	readdressFail error
+	hostnames     []string
 }
 
 func (f *fakeRefresher) SetClock(t time.Time) error {
@@ -36,6 +38,10 @@ func (f *fakeRefresher) SetClock(t time.Time) error {
 func (f *fakeRefresher) Readdress(_ context.Context, spec *proto.NetworkSpec) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.readdresses++
+	if f.readdressFail != nil {
+		return f.readdressFail
+	}
 	f.network = spec
 	return nil
 }
@@ -144,6 +150,85 @@ func TestRefreshIdentity(t *testing.T) {
 		got, err := os.ReadFile(filepath.Join(state, "etc", name))
 		if err != nil || string(got) != want {
 			t.Errorf("%s = %q (%v), want %q", name, got, err, want)
+		}
+	}
+}
+
+// A refresh re-addresses the guest only when the network it asks for is
+// not the one the guest was last given: a checkpoint restored into its
+// own container keeps its address and MAC. After an interface change,
+// or a re-addressing that failed, the guest's network is unknown and the
+// next refresh re-addresses it in full.
+func TestRefreshSkipsUnchangedNetwork(t *testing.T) {
+	eth0 := func(addr, mac string) *proto.NetworkSpec {
+		return &proto.NetworkSpec{Interfaces: []proto.InterfaceSpec{{MAC: mac, Name: "eth0", Address: addr, Gateway: "10.123.0.1"}}}
+	}
+	atSetup := eth0("10.123.0.2/16", "02:42:0a:7b:00:02")
+	atSetup.Interfaces[0].DeviceMAC = "02:42:0a:7b:ff:ff" // a template's NIC
+	f := &fakeRefresher{}
+	var configured int
+	a, err := agent.New(agent.Options{
+		Rootfs: agent.DirRootfs(t.TempDir()), StateDir: t.TempDir(), Refresher: f, Interfaces: &fakeInterfaces{},
+		Network: func(context.Context, *proto.NetworkSpec) error { configured++; return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	hostEnd, agentEnd := net.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- a.ServeConn(context.Background(), agentEnd) }()
+	c, err := host.New(hostEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		hostEnd.Close()
+		<-done
+	})
+	if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "abc", Network: atSetup}); err != nil {
+		t.Fatal(err)
+	}
+	if configured != 1 {
+		t.Fatalf("setup configured the network %d times, want 1", configured)
+	}
+	refresh := func(n *proto.NetworkSpec) error {
+		return c.Refresh(ctx(t), proto.RefreshSpec{Identity: &proto.IdentitySpec{Hostname: "abc", Network: n}})
+	}
+	steps := []struct {
+		name    string
+		do      func() error
+		wantErr bool
+		want    int // re-addressings so far
+	}{
+		{"the setup's network, upper-case MAC", func() error { return refresh(eth0("10.123.0.2/16", "02:42:0A:7B:00:02")) }, false, 0},
+		{"another address", func() error { return refresh(eth0("10.123.0.3/16", "02:42:0a:7b:00:03")) }, false, 1},
+		{"that address again", func() error { return refresh(eth0("10.123.0.3/16", "02:42:0a:7b:00:03")) }, false, 1},
+		{"a failed re-addressing", func() error {
+			f.mu.Lock()
+			f.readdressFail = errors.New("no such link")
+			f.mu.Unlock()
+			defer func() { f.mu.Lock(); f.readdressFail = nil; f.mu.Unlock() }()
+			return refresh(eth0("10.123.0.4/16", "02:42:0a:7b:00:04"))
+		}, true, 2},
+		{"the address before the failure", func() error { return refresh(eth0("10.123.0.3/16", "02:42:0a:7b:00:03")) }, false, 3},
+		{"an interface added", func() error {
+			return c.AddInterface(ctx(t), proto.InterfaceChangeSpec{Interface: proto.InterfaceSpec{MAC: "02:42:0a:7c:00:02", Name: "eth1", Address: "10.124.0.2/16"}})
+		}, false, 3},
+		{"the same network after it", func() error { return refresh(eth0("10.123.0.3/16", "02:42:0a:7b:00:03")) }, false, 4},
+		{"no network", func() error { return refresh(nil) }, false, 4},
+	}
+	for _, s := range steps {
+		err := s.do()
+		if (err != nil) != s.wantErr {
+			t.Fatalf("%s: err = %v, want error %v", s.name, err, s.wantErr)
+		}
+		f.mu.Lock()
+		got := f.readdresses
+		f.mu.Unlock()
+		if got != s.want {
+			t.Fatalf("%s: %d re-addressings so far, want %d", s.name, got, s.want)
 		}
 	}
 }
