@@ -27,6 +27,7 @@ var runScenarios = []string{
 	"vmm_floor", "vmm_floor_minimal_kernel", "run_cold", "run_template", "run_template_minimal_kernel",
 	"run_pool", "run_runc",
 	"run_template_nonet", "run_runc_nonet",
+	"first_output_cold", "first_output_template", "first_output_restore",
 	"first_exec_cold", "first_exec_template", "first_exec_restore",
 }
 

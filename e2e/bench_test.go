@@ -231,10 +231,12 @@ func benchMinimalKernelTemplate(t *testing.T, b *benchResults, img string, ref *
 // is the first successful command in the guest.
 var firstExecLoop = []string{"sh", "-c", "while :; do echo tick; usleep 20000; done"}
 
-// benchFirstExec measures from the start request to the first byte of the
-// container's output on an attach stream opened before it: after a cold
-// boot, a template start, and a checkpoint restore (whose process was
-// already running and only has to be resumed).
+// benchFirstExec measures, after a cold boot, a template start and a
+// checkpoint restore (whose process was already running and only has to
+// be resumed), from the start request to two things: the first byte of
+// the container's output on an attach stream opened before it, and the
+// end of a first `docker exec ID true` that exits 0 (created, started
+// attached and inspected as the CLI does it).
 func benchFirstExec(t *testing.T, b *benchResults, img string, runs int) {
 	ctx := context.Background()
 	cli, err := client.New(client.WithHost(suite.DockerHost))
@@ -285,6 +287,14 @@ func benchFirstExec(t *testing.T, b *benchResults, img string, runs int) {
 			return nil
 		}
 	}
+	firstExec := func(id, checkpoint string) func() error {
+		return func() error {
+			if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{CheckpointID: checkpoint}); err != nil {
+				return err
+			}
+			return execTrue(ctx, cli, id)
+		}
+	}
 	cold := create("-fe-cold", map[string]string{containers.BootLabel: "cold"})
 	tpl := create("-fe-template", nil)
 	ck := create("-fe-restore", nil)
@@ -296,12 +306,52 @@ func benchFirstExec(t *testing.T, b *benchResults, img string, runs int) {
 	}
 	// Each measured start is followed by a kill, outside the timing.
 	b.alternateTimed(t, runs, []timedScenario{
-		{benchScenario{"first_exec_cold", "start to first output, cold boot", firstOutput(cold, "")}, stopAfter(stop, cold)},
-		{benchScenario{"first_exec_template", "start to first output, from template", firstOutput(tpl, "")}, stopAfter(stop, tpl)},
-		{benchScenario{"first_exec_restore", "start to first output, checkpoint restore", firstOutput(ck, "bench")}, stopAfter(stop, ck)},
+		{benchScenario{"first_output_cold", "start to first output, cold boot", firstOutput(cold, "")}, stopAfter(stop, cold)},
+		{benchScenario{"first_output_template", "start to first output, from template", firstOutput(tpl, "")}, stopAfter(stop, tpl)},
+		{benchScenario{"first_output_restore", "start to first output, checkpoint restore", firstOutput(ck, "bench")}, stopAfter(stop, ck)},
+		{benchScenario{"first_exec_cold", "start to first docker exec, cold boot", firstExec(cold, "")}, stopAfter(stop, cold)},
+		{benchScenario{"first_exec_template", "start to first docker exec, from template", firstExec(tpl, "")}, stopAfter(stop, tpl)},
+		{benchScenario{"first_exec_restore", "start to first docker exec, checkpoint restore", firstExec(ck, "bench")}, stopAfter(stop, ck)},
 	})
 	b.ratio("restore_first_exec_over_cold_first_exec", "first_exec_restore", "first_exec_cold")
 	b.ratio("template_first_exec_over_cold_first_exec", "first_exec_template", "first_exec_cold")
+	b.ratio("restore_first_output_over_cold_first_output", "first_output_restore", "first_output_cold")
+}
+
+// execTrue runs `true` in container id as `docker exec` does (create, start
+// attached, inspect once the stream ends) and fails unless it exits 0.
+func execTrue(ctx context.Context, cli *client.Client, id string) error {
+	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return fmt.Errorf("exec create in %s: %w", id, err)
+	}
+	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return fmt.Errorf("exec start in %s: %w", id, err)
+	}
+	_, err = io.Copy(io.Discard, att.Reader)
+	att.Close()
+	if err != nil {
+		return fmt.Errorf("exec output in %s: %w", id, err)
+	}
+	// The stream ends when the process does; a daemon may record the
+	// exit code a moment later, so poll briefly.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ins, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return fmt.Errorf("exec inspect in %s: %w", id, err)
+		}
+		if !ins.Running {
+			if ins.ExitCode != 0 {
+				return fmt.Errorf("exec true in %s exited %d", id, ins.ExitCode)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("exec true in %s still running after its stream ended", id)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func stopAfter(stop func(string) error, id string) func() error {
