@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -46,24 +45,7 @@ func netplugClient(t *testing.T, ifs agent.Interfaces, stateDir string) *host.Cl
 	if ifs != nil {
 		opts.Interfaces = ifs
 	}
-	a, err := agent.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	hostEnd, agentEnd := net.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- a.ServeConn(context.Background(), agentEnd) }()
-	c, err := host.New(hostEnd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		hostEnd.Close()
-		<-done
-	})
-	return c
+	return serveAgent(t, opts)
 }
 
 // A connect adds the interface and the container's hosts line for its

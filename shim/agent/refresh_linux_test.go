@@ -67,7 +67,14 @@ func refreshClient(t *testing.T, r agent.Refresher) *host.Client {
 
 func refreshClientIn(t *testing.T, r agent.Refresher, stateDir string) *host.Client {
 	t.Helper()
-	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(t.TempDir()), StateDir: stateDir, Refresher: r})
+	return serveAgent(t, agent.Options{Rootfs: agent.DirRootfs(t.TempDir()), StateDir: stateDir, Refresher: r})
+}
+
+// serveAgent runs an agent with opts on one end of a pipe, for as long as
+// the test, and returns a client on the other.
+func serveAgent(t *testing.T, opts agent.Options) *host.Client {
+	t.Helper()
+	a, err := agent.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,25 +174,9 @@ func TestRefreshSkipsUnchangedNetwork(t *testing.T) {
 	atSetup.Interfaces[0].DeviceMAC = "02:42:0a:7b:ff:ff" // a template's NIC
 	f := &fakeRefresher{}
 	var configured int
-	a, err := agent.New(agent.Options{
+	c := serveAgent(t, agent.Options{
 		Rootfs: agent.DirRootfs(t.TempDir()), StateDir: t.TempDir(), Refresher: f, Interfaces: &fakeInterfaces{},
 		Network: func(context.Context, *proto.NetworkSpec) error { configured++; return nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	hostEnd, agentEnd := net.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- a.ServeConn(context.Background(), agentEnd) }()
-	c, err := host.New(hostEnd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		hostEnd.Close()
-		<-done
 	})
 	if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "abc", Network: atSetup}); err != nil {
 		t.Fatal(err)
