@@ -25,7 +25,8 @@ type RefreshSpec struct {
 // IdentitySpec is what differs between restored copies of one snapshot.
 type IdentitySpec struct {
 	// Hostname is set in the UTS namespace of every process that has its
-	// own (the main processes; execs share theirs).
+	// own (the main processes; execs share theirs), unless it is the one
+	// the agent last gave them.
 	Hostname string `json:"hostname,omitempty"`
 	// Hosts and ResolvConf replace the contents of the container's
 	// /etc/hosts and /etc/resolv.conf in place (they are bind mounts).
@@ -37,6 +38,10 @@ type IdentitySpec struct {
 	// VM's vmm.Config.Nets): each gets the new MAC and address, its old
 	// IPv4 addresses go,
 	// the default route is replaced, and the guest announces the new
-	// address with a gratuitous ARP. Nil leaves the interfaces alone.
+	// address with a gratuitous ARP. Nil leaves the interfaces alone, and
+	// so does an agent whose last setup or refresh applied this very
+	// network (the same interfaces in order, names, MACs, addresses,
+	// gateway and MTU) with no interface added or removed since: a
+	// checkpoint restored into its own container.
 	Network *NetworkSpec `json:"network,omitempty"`
 }
