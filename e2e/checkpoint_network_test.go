@@ -123,6 +123,37 @@ func TestCheckpointForkIdentity(t *testing.T) {
 	t.Logf("forks: %v", forks)
 }
 
+// TestCheckpointRestoreKeepsIdentity: a checkpoint restored into its own
+// container, which gets back its address and MAC (the agent then leaves
+// the guest's network as it was), answers on its published port, with
+// its hostname, twice over.
+func TestCheckpointRestoreKeepsIdentity(t *testing.T) {
+	requireHusk(t)
+	requireBridge(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, "-p", "127.0.0.1::8080", img, "sh", "-c", whoAmIServer)
+	hostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", name))
+	before := inspectNet(t, name).NetworkSettings
+	if gotHost, gotAddr := whoAmI(t, name); gotHost != hostname || !strings.Contains(gotAddr, " "+before.IPAddress+"/16 ") {
+		t.Fatalf("before the checkpoint: %q / %q, want %s and %s", gotHost, gotAddr, hostname, before.IPAddress)
+	}
+	mustDocker(t, "checkpoint", "create", name, "cp")
+	for round := range 2 {
+		mustDocker(t, "start", "--checkpoint", "cp", name)
+		ns := inspectNet(t, name).NetworkSettings
+		t.Logf("restore %d: address %s (before %s), MAC %s (before %s)", round, ns.IPAddress, before.IPAddress, ns.MacAddress, before.MacAddress)
+		gotHost, gotAddr := whoAmI(t, name)
+		if gotHost != hostname || !strings.Contains(gotAddr, " "+ns.IPAddress+"/16 ") {
+			t.Errorf("restore %d answers %q / %q, want %s and %s", round, gotHost, gotAddr, hostname, ns.IPAddress)
+		}
+		if out := mustDocker(t, "exec", name, "hostname"); strings.TrimSpace(out) != hostname {
+			t.Errorf("restore %d: docker exec hostname = %q, want %q", round, out, hostname)
+		}
+		mustDocker(t, "kill", name)
+	}
+}
+
 // TestCheckpointRefusesVolumes: a container with a bind mount cannot be
 // checkpointed (virtiofsd's state is not in the VM snapshot), and says so;
 // it keeps running.
