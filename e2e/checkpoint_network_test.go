@@ -39,21 +39,31 @@ func whoAmI(t *testing.T, name string) (hostname, addrLine string) {
 	return lines[0], lines[1]
 }
 
+// runWhoAmI starts whoAmIServer, its port published, in a container on the
+// default bridge named after the test and suffix, and checks that it
+// answers with its hostname and address. It returns the container's name,
+// hostname and network inspection.
+func runWhoAmI(t *testing.T, suffix string) (name, hostname string, ins netInspected) {
+	t.Helper()
+	requireHusk(t)
+	requireBridge(t)
+	img := pulled(t, testimages.Busybox)
+	name = containerName(t, suffix)
+	mustDocker(t, "run", "-d", "--name", name, "-p", "127.0.0.1::8080", img, "sh", "-c", whoAmIServer)
+	ins = inspectNet(t, name)
+	hostname = strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", name))
+	if host, addr := whoAmI(t, name); host != hostname || !strings.Contains(addr, " "+ins.NetworkSettings.IPAddress+"/16 ") {
+		t.Fatalf("%s answers %q / %q, want hostname %s and address %s", name, host, addr, hostname, ins.NetworkSettings.IPAddress)
+	}
+	return name, hostname, ins
+}
+
 // TestCheckpointForkIdentity: copies restored from one checkpoint of a
 // container on the default bridge each get their own address, MAC,
 // hostname and published port, and the guest itself answers with them.
 func TestCheckpointForkIdentity(t *testing.T) {
-	requireHusk(t)
-	requireBridge(t)
-	img := pulled(t, testimages.Busybox)
-	src := containerName(t, "-src")
-	mustDocker(t, "run", "-d", "--name", src, "-p", "127.0.0.1::8080", img, "sh", "-c", whoAmIServer)
-	srcNet := inspectNet(t, src).NetworkSettings
-	host, addr := whoAmI(t, src)
-	srcHostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", src))
-	if host != srcHostname || !strings.Contains(addr, " "+srcNet.IPAddress+"/16 ") {
-		t.Fatalf("source answers %q / %q, want hostname %s and address %s", host, addr, srcHostname, srcNet.IPAddress)
-	}
+	src, srcHostname, ins := runWhoAmI(t, "-src")
+	srcNet := ins.NetworkSettings
 
 	mustDocker(t, "checkpoint", "create", src, "cp")
 	cmd := exec.Command(huskCLI(t), "fork", src, "--checkpoint", "cp", "-n", "2")
@@ -128,16 +138,8 @@ func TestCheckpointForkIdentity(t *testing.T) {
 // the guest's network as it was), answers on its published port, with
 // its hostname, twice over.
 func TestCheckpointRestoreKeepsIdentity(t *testing.T) {
-	requireHusk(t)
-	requireBridge(t)
-	img := pulled(t, testimages.Busybox)
-	name := containerName(t, "")
-	mustDocker(t, "run", "-d", "--name", name, "-p", "127.0.0.1::8080", img, "sh", "-c", whoAmIServer)
-	hostname := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", name))
-	before := inspectNet(t, name).NetworkSettings
-	if gotHost, gotAddr := whoAmI(t, name); gotHost != hostname || !strings.Contains(gotAddr, " "+before.IPAddress+"/16 ") {
-		t.Fatalf("before the checkpoint: %q / %q, want %s and %s", gotHost, gotAddr, hostname, before.IPAddress)
-	}
+	name, hostname, ins := runWhoAmI(t, "")
+	before := ins.NetworkSettings
 	mustDocker(t, "checkpoint", "create", name, "cp")
 	for round := range 2 {
 		mustDocker(t, "start", "--checkpoint", "cp", name)
