@@ -96,15 +96,16 @@ func (a *Agent) refresh(ctx context.Context, spec *proto.RefreshSpec) error {
 // would make a half-addressed guest worse.
 func (a *Agent) takeIdentity(ctx context.Context, r Refresher, id *proto.IdentitySpec) error {
 	if id.Network != nil {
+		want := appliedNetwork(id.Network)
 		a.mu.Lock()
-		same := sameNetwork(a.network, appliedNetwork(id.Network))
+		same := sameNetwork(a.network, want)
 		a.mu.Unlock()
 		if !same {
 			err := r.Readdress(ctx, id.Network)
 			a.mu.Lock()
 			a.network = nil
 			if err == nil {
-				a.network = appliedNetwork(id.Network)
+				a.network = want
 			}
 			a.mu.Unlock()
 			if err != nil {
