@@ -335,7 +335,8 @@ func execTrue(ctx context.Context, cli *client.Client, id string) error {
 		return fmt.Errorf("exec output in %s: %w", id, err)
 	}
 	// The stream ends when the process does; a daemon may record the
-	// exit code a moment later, so poll briefly.
+	// exit code a moment later, so poll, in steps short enough not to
+	// weigh in the timing (eventually's 200 ms would).
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		ins, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
 		if err != nil {
