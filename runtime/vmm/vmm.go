@@ -44,6 +44,11 @@ type Config struct {
 	// written. Drivers that cannot do this refuse it
 	// (errdefs.ErrNotImplemented); it cannot be combined with Shares.
 	FileMemory bool
+	// BeforeResume, on a Restore, runs once the snapshot is loaded and
+	// before the guest runs again; if it fails, so does the Restore, and
+	// the VMM is killed. Callers finish checking a snapshot's files in it
+	// while the VMM loads them, rather than before the VMM starts.
+	BeforeResume func(ctx context.Context) error
 }
 
 // Share is one virtio-fs device backed by a vhost-user socket on which a

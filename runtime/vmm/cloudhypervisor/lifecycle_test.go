@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -594,11 +595,46 @@ func TestDiskHotplug(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := config("again", vmDir(t, "again"), f, "tap-again")
+	// BeforeResume runs on a VM restored but paused, and it alone
+	// decides whether the VM resumes.
+	var gateState string
+	again.BeforeResume = func(ctx context.Context) error {
+		// Through the directory's descriptor, as the driver reaches it:
+		// the test's directory is longer than a socket path may be.
+		dir, err := vmmproc.OpenDir(again.Dir)
+		if err != nil {
+			return err
+		}
+		defer dir.Close()
+		c := newClient(func() string { return fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), apiSocket) })
+		defer c.close()
+		var info VmInfo
+		err = c.get(ctx, "vm.info", &info)
+		gateState = info.State
+		return err
+	}
 	rv, err := d.Restore(ctx, again, snap)
 	if err != nil {
 		t.Fatalf("restore a checkpoint of a template-started VM: %v", err)
 	}
 	killOnCleanup(t, rv)
+	if gateState != StatePaused {
+		t.Errorf("VM state in BeforeResume %q, want %q", gateState, StatePaused)
+	}
+	if info, err := rv.(*Machine).Info(ctx); err != nil || info.State != StateRunning {
+		t.Errorf("VM state after Restore %q (%v), want %q", info.State, err, StateRunning)
+	}
+	refused := config("refused", vmDir(t, "refused"), f, "tap-refused")
+	errMismatch := errors.New("files do not match")
+	refused.BeforeResume = func(context.Context) error { return errMismatch }
+	if _, err := d.Restore(ctx, refused, snap); !errors.Is(err, errMismatch) {
+		t.Errorf("restore refused by BeforeResume: err = %v, want %v", err, errMismatch)
+	}
+	for _, name := range []string{apiSocket, pidFile} {
+		if _, err := os.Stat(filepath.Join(refused.Dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s left after a refused restore (%v)", name, err)
+		}
+	}
 
 	if err := m.DetachDisks(ctx, 3); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("DetachDisks of 3 of 2 disks: %v, want invalid argument", err)

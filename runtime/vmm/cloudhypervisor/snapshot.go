@@ -169,7 +169,10 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		if d.opts.RestoreMode == RestoreModeOnDemand {
 			mode = RestoreOnDemand
 		}
-		err = m.api.put(ctx, "vm.restore", &RestoreConfig{SourceURL: "file://" + src, MemoryRestoreMode: mode, Resume: true})
+		err = m.api.put(ctx, "vm.restore", &RestoreConfig{SourceURL: "file://" + src, MemoryRestoreMode: mode, Resume: cfg.BeforeResume == nil})
+	}
+	if err == nil && cfg.BeforeResume != nil {
+		err = cfg.BeforeResume(ctx)
 	}
 	if err == nil {
 		// Releases that ignore "resume" leave the VM paused.

@@ -446,6 +446,11 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 	}
 	loaded := time.Now()
+	if cfg.BeforeResume != nil {
+		if err := cfg.BeforeResume(ctx); err != nil {
+			return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
+		}
+	}
 	if err := q.Execute(ctx, "cont", nil, nil); err != nil {
 		return nil, fmt.Errorf("restore vm %s: resume: %w", cfg.ID, err)
 	}

@@ -12,12 +12,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 func vmConfig(t *testing.T, env bootEnv, id string) vmm.Config {
@@ -187,11 +189,20 @@ func TestSnapshotRestore(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(snap2, layoutFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	again, err := drv.Restore(ctx, vmConfig(t, env, "snap-again"), snap2)
+	againCfg := vmConfig(t, env, "snap-again")
+	gateRan := false
+	againCfg.BeforeResume = func(context.Context) error {
+		gateRan = true
+		return nil
+	}
+	again, err := drv.Restore(ctx, againCfg, snap2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopVM(again) })
+	if !gateRan {
+		t.Error("Restore did not run BeforeResume")
+	}
 	if r := say(t, ctx, again, "incr"); r != "count 5" {
 		t.Errorf("restore of a restore: %q, want count 5", r)
 	}
@@ -250,8 +261,41 @@ func TestRestoreRefuses(t *testing.T) {
 	} else {
 		t.Logf("truncated snapshot: %v", err)
 	}
+	assertNoVMFiles(t, cfg.Dir)
+
+	// A BeforeResume that fails (the caller's check of the snapshot's
+	// files) fails the restore and ends the loaded QEMU.
+	gated := vmConfig(t, env, "refuse-gate")
+	errMismatch := errors.New("files do not match")
+	pid := 0
+	gated.BeforeResume = func(context.Context) error {
+		pid, _ = vmmproc.ReadPID(gated.Dir, pidFile)
+		return errMismatch
+	}
+	if _, err := drv.Restore(ctx, gated, snap); !errors.Is(err, errMismatch) {
+		t.Errorf("restore refused by BeforeResume: err = %v, want %v", err, errMismatch)
+	}
+	if pid == 0 {
+		t.Fatal("BeforeResume ran without a QEMU's pid file")
+	}
+	assertNoVMFiles(t, gated.Dir)
+	gone := false
+	for range 100 {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			gone = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !gone {
+		t.Errorf("QEMU %d still runs after BeforeResume refused its restore", pid)
+	}
+}
+
+func assertNoVMFiles(t *testing.T, dir string) {
+	t.Helper()
 	for _, f := range []string{agentSocket, qmpSocket, pidFile} {
-		if _, err := os.Stat(filepath.Join(cfg.Dir, f)); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
 			t.Errorf("%s left after a failed restore (%v)", f, err)
 		}
 	}
