@@ -311,6 +311,14 @@ func TestCheckpointErrors(t *testing.T) {
 	if got := state(t, name); got != stopped {
 		t.Errorf("state after the refused restore = %q, want %q as before", got, stopped)
 	}
+	// The files are checked while the VMM loads them: the refusal ends
+	// that VMM and takes its TAP away.
+	if pids := vmmProcesses(t, id); len(pids) != 0 {
+		t.Errorf("VMM processes left after the refused restore: %v", pids)
+	}
+	if taps := hostLinks(t, "hk"+id[:12]); len(taps) != 0 {
+		t.Errorf("TAPs left after the refused restore: %v", taps)
+	}
 	// The container itself is untouched: a plain start boots it afresh.
 	n := len(steps(t, name))
 	mustDocker(t, "start", name)
@@ -367,4 +375,25 @@ func TestCheckpointDaemonKilled(t *testing.T) {
 	} else if got != "exited 137" || !strings.Contains(ls, "cpk") {
 		t.Errorf("state after the crash = %q with checkpoints %q, want running, or exited 137 with cpk made", got, ls)
 	}
+}
+
+// vmmProcesses lists the pids of the processes that run in container id's
+// directory: the drivers start their VMM processes there.
+func vmmProcesses(t *testing.T, id string) []int {
+	t.Helper()
+	matches, err := filepath.Glob("/proc/[0-9]*/cwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, m := range matches {
+		cwd, err := os.Readlink(m)
+		if err != nil || !strings.Contains(cwd, id) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(m))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
