@@ -715,6 +715,66 @@ func TestSessionWithIdleAttachmentsEnds(t *testing.T) {
 	}
 }
 
+// blockingRootfs is a Rootfs whose mount waits for release.
+type blockingRootfs struct {
+	dir      string
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func (b blockingRootfs) Mount(context.Context, proto.SetupSpec) (string, error) {
+	close(b.entered)
+	<-b.released
+	return b.dir, nil
+}
+func (blockingRootfs) Unmount(context.Context) error { return nil }
+
+// TestNextSessionDoesNotWaitForRequests: a host that goes away while a
+// request of its session still runs (a restore's stale session, a daemon
+// restart mid-setup) does not hold the next host's session back.
+func TestNextSessionDoesNotWaitForRequests(t *testing.T) {
+	rootfs := blockingRootfs{dir: makeRoot(t), entered: make(chan struct{}), released: make(chan struct{})}
+	a, err := agent.New(agent.Options{Rootfs: rootfs, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	l := make(listener)
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Serve(sctx, l)
+	session := func() (*host.Client, net.Conn) {
+		h, ag := net.Pipe()
+		l <- ag
+		c, err := host.New(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, h
+	}
+
+	c1, h1 := session()
+	setupDone := make(chan error, 1)
+	go func() { setupDone <- c1.Setup(ctx(t), proto.SetupSpec{Hostname: "husky"}) }()
+	<-rootfs.entered
+	h1.Close()
+	if err := <-setupDone; err == nil {
+		t.Error("setup answered through a session its host closed")
+	}
+
+	c2, _ := session()
+	defer c2.Close()
+	if _, err := c2.Ping(ctx(t)); err != nil {
+		t.Fatalf("ping in the next session while the previous one's setup runs: %v", err)
+	}
+	close(rootfs.released)
+	// The setup the first host asked for completed; the second host's
+	// setup is accepted as done.
+	if err := c2.Setup(ctx(t), proto.SetupSpec{Hostname: "husky"}); err != nil {
+		t.Fatalf("setup in the next session: %v", err)
+	}
+}
+
 // failingRootfs is a Rootfs whose mount fails.
 type failingRootfs struct{}
 
