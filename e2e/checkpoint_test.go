@@ -378,22 +378,8 @@ func TestCheckpointDaemonKilled(t *testing.T) {
 }
 
 // vmmProcesses lists the pids of the processes that run in container id's
-// directory: the drivers start their VMM processes there.
+// directory, as its VMM does.
 func vmmProcesses(t *testing.T, id string) []int {
 	t.Helper()
-	matches, err := filepath.Glob("/proc/[0-9]*/cwd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, m := range matches {
-		cwd, err := os.Readlink(m)
-		if err != nil || !strings.Contains(cwd, id) {
-			continue
-		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(m))); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return processesUnder(t, filepath.Join(filepath.Dir(suite.DaemonLog), "root", "containers", id))
 }

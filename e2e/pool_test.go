@@ -17,7 +17,14 @@ import (
 // in its container's directory instead.
 func poolVMs(t *testing.T) []int {
 	t.Helper()
-	dir := filepath.Join(filepath.Dir(suite.DaemonLog), "root", "pool") + "/"
+	return processesUnder(t, filepath.Join(filepath.Dir(suite.DaemonLog), "root", "pool"))
+}
+
+// processesUnder lists the pids of the processes whose working directory
+// is in dir: the VMM drivers start their processes in the VM's directory.
+func processesUnder(t *testing.T, dir string) []int {
+	t.Helper()
+	dir += "/"
 	procs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		t.Fatal(err)
