@@ -19,6 +19,7 @@ import (
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/checkpoints"
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
@@ -486,25 +487,31 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 	restored := time.Now()
 	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
 	defer cancel()
-	client, err := connectAgent(readyCtx, machine)
+	// The refresh is the session's first request, which saves the round
+	// trip of a ping.
+	refresh := func(ctx context.Context, client *host.Client) error {
+		entropy := make([]byte, 64)
+		if _, err := rand.Read(entropy); err != nil {
+			return fmt.Errorf("entropy for the guest: %w", err)
+		}
+		if err := client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy, Identity: identity}); err != nil {
+			return fmt.Errorf("refresh the restored guest (clock, RNG, identity): %w", err)
+		}
+		return nil
+	}
+	client, err := host.ConnectWith(readyCtx, machine, agentRetry, refresh)
 	if err != nil {
+		if agentErr := (*host.AgentError)(nil); errors.As(err, &agentErr) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("agent after restore: %w (console log: %s)", err, filepath.Join(vmDir, "console.log"))
 	}
-	connected := time.Now()
 	defer func() {
 		if err != nil {
 			_ = client.Close()
 		}
 	}()
-	entropy := make([]byte, 64)
-	if _, err := rand.Read(entropy); err != nil {
-		return nil, fmt.Errorf("entropy for the guest: %w", err)
-	}
-	err = client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy, Identity: identity})
-	if err != nil {
-		return nil, fmt.Errorf("refresh the restored guest (clock, RNG, identity): %w", err)
-	}
-	m.log.Debug("checkpoint restored", "id", c.rec.ID[:12], "verify_wait", verifyWait, "connect", connected.Sub(restored), "refresh", time.Since(connected))
+	m.log.Debug("checkpoint restored", "id", c.rec.ID[:12], "verify_wait", verifyWait, "connect_refresh", time.Since(restored))
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}
 	if c.rec.Config.OpenStdin {
 		if r.stdin, err = r.proc.Stdin(ctx); err != nil {

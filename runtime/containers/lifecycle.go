@@ -321,8 +321,11 @@ func (c *ctr) setUpAndStart(ctx context.Context, client *host.Client, setup prot
 }
 
 // connectAgent opens a session with the booting or restored guest's agent.
+// agentRetry is how often a booting guest's agent is dialled again.
+const agentRetry = 50 * time.Millisecond
+
 func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
-	return host.Connect(ctx, machine, 50*time.Millisecond)
+	return host.Connect(ctx, machine, agentRetry)
 }
 
 // monitor pumps the main process's output into the log and attached

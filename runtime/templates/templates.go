@@ -579,7 +579,9 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	g.Go(func() error {
 		readyCtx, cancel := context.WithTimeout(gctx, m.opts.ReadyTimeout)
 		defer cancel()
-		c, err := connect(readyCtx, machine)
+		// The refresh is the session's first request, which saves the
+		// round trip of a ping.
+		c, err := host.ConnectWith(readyCtx, machine, 20*time.Millisecond, Refresh)
 		if err != nil {
 			return fmt.Errorf("restore template: %w (console log: %s)", err, filepath.Join(cfg.Dir, "console.log"))
 		}
@@ -597,12 +599,8 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	if gerr != nil {
 		return nil, gerr
 	}
-	connected := time.Now()
-	if err := Refresh(ctx, client); err != nil {
-		return nil, err
-	}
 	m.log.Debug("restored from template", "vm", cfg.ID, "restore", restored.Sub(t0), "hotplug", attached.Sub(restored),
-		"agent", connected.Sub(restored), "refresh", time.Since(connected))
+		"agent", time.Since(restored))
 	return &VM{Machine: machine, Client: client, DeviceMACs: append([]string(nil), md.MACs...), Template: d, Slots: k.Slots}, nil
 }
 

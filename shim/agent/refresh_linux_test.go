@@ -223,3 +223,78 @@ func TestRefreshSkipsUnchangedNetwork(t *testing.T) {
 		}
 	}
 }
+
+// pipeGuest is a guest whose every dial reaches a real agent over a pipe.
+type pipeGuest struct {
+	t     *testing.T
+	a     *agent.Agent
+	mu    sync.Mutex
+	dials int
+}
+
+func (g *pipeGuest) DialAgent(context.Context) (net.Conn, error) {
+	g.mu.Lock()
+	g.dials++
+	g.mu.Unlock()
+	hostEnd, agentEnd := net.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- g.a.ServeConn(context.Background(), agentEnd) }()
+	g.t.Cleanup(func() {
+		hostEnd.Close()
+		<-done
+	})
+	return hostEnd, nil
+}
+
+func (g *pipeGuest) Wait(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (g *pipeGuest) PID() int { return 1 }
+
+// TestConnectWithRefresh: a restore connects with the refresh as the
+// session's first request; an agent's refusal of it ends the connect at
+// once rather than being dialled again until the ready timeout.
+func TestConnectWithRefresh(t *testing.T) {
+	when := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
+	refresh := func(ctx context.Context, c *host.Client) error {
+		return c.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: when.UnixNano()})
+	}
+	for _, tc := range []struct {
+		name string
+		fail error
+	}{
+		{"refreshed", nil},
+		{"refused", errors.New("clock is read-only")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeRefresher{fail: tc.fail}
+			a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(t.TempDir()), StateDir: t.TempDir(), Refresher: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { a.Close() })
+			g := &pipeGuest{t: t, a: a}
+			c, err := host.ConnectWith(ctx(t), g, time.Millisecond, refresh)
+			if c != nil {
+				t.Cleanup(func() { c.Close() })
+			}
+			var agentErr *host.AgentError
+			switch {
+			case tc.fail == nil && err != nil:
+				t.Fatalf("ConnectWith: %v", err)
+			case tc.fail != nil && (!errors.As(err, &agentErr) || agentErr.Message != tc.fail.Error()):
+				t.Fatalf("ConnectWith with a refused refresh: %v, want the agent's %q", err, tc.fail)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if !f.clock.Equal(when) {
+				t.Errorf("clock %v, want %v", f.clock, when)
+			}
+			if g.dials != 1 {
+				t.Errorf("%d dials, want 1", g.dials)
+			}
+		})
+	}
+}
