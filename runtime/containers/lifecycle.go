@@ -320,10 +320,10 @@ func (c *ctr) setUpAndStart(ctx context.Context, client *host.Client, setup prot
 	return s.proc, s.err
 }
 
-// connectAgent opens a session with the booting or restored guest's agent.
 // agentRetry is how often a booting guest's agent is dialled again.
 const agentRetry = 50 * time.Millisecond
 
+// connectAgent opens a session with the booting or restored guest's agent.
 func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
 	return host.Connect(ctx, machine, agentRetry)
 }
