@@ -224,10 +224,12 @@ func TestRefreshSkipsUnchangedNetwork(t *testing.T) {
 	}
 }
 
-// pipeGuest is a guest whose every dial reaches a real agent over a pipe.
+// pipeGuest is a guest whose every dial reaches a real agent over a pipe,
+// once the agent has woken up (wake later).
 type pipeGuest struct {
 	t     *testing.T
 	a     *agent.Agent
+	wake  time.Duration
 	mu    sync.Mutex
 	dials int
 }
@@ -238,7 +240,10 @@ func (g *pipeGuest) DialAgent(context.Context) (net.Conn, error) {
 	g.mu.Unlock()
 	hostEnd, agentEnd := net.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- g.a.ServeConn(context.Background(), agentEnd) }()
+	go func() {
+		time.Sleep(g.wake)
+		done <- g.a.ServeConn(context.Background(), agentEnd)
+	}()
 	g.t.Cleanup(func() {
 		hostEnd.Close()
 		<-done
@@ -254,11 +259,16 @@ func (g *pipeGuest) Wait(ctx context.Context) error {
 func (g *pipeGuest) PID() int { return 1 }
 
 // TestConnectWithRefresh: a restore connects with the refresh as the
-// session's first request; an agent's refusal of it ends the connect at
-// once rather than being dialled again until the ready timeout.
+// session's first request, built only once the waking agent has answered
+// the session's start (it carries the host's clock); an agent's refusal
+// of it ends the connect at once rather than being dialled again until
+// the ready timeout.
 func TestConnectWithRefresh(t *testing.T) {
+	const wake = 100 * time.Millisecond
 	when := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
+	var built time.Time
 	refresh := func(ctx context.Context, c *host.Client) error {
+		built = time.Now()
 		return c.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: when.UnixNano()})
 	}
 	for _, tc := range []struct {
@@ -275,7 +285,8 @@ func TestConnectWithRefresh(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { a.Close() })
-			g := &pipeGuest{t: t, a: a}
+			g := &pipeGuest{t: t, a: a, wake: wake}
+			dialled := time.Now()
 			c, err := host.ConnectWith(ctx(t), g, time.Millisecond, refresh)
 			if c != nil {
 				t.Cleanup(func() { c.Close() })
@@ -294,6 +305,9 @@ func TestConnectWithRefresh(t *testing.T) {
 			}
 			if g.dials != 1 {
 				t.Errorf("%d dials, want 1", g.dials)
+			}
+			if early := built.Sub(dialled); early < wake {
+				t.Errorf("refresh built %v after the dial, before the agent woke (%v)", early, wake)
 			}
 		})
 	}

@@ -77,6 +77,12 @@ func connectOnce(ctx context.Context, g Guest, first func(context.Context, *Clie
 		conn.Close()
 		return nil, err
 	}
+	// First only once the session is up: a refresh carries the host's
+	// clock, which must not be read before a waking guest answers.
+	if _, err := client.session(ctx); err != nil {
+		client.Close()
+		return nil, err
+	}
 	if err := first(ctx, client); err != nil {
 		client.Close()
 		return nil, err
