@@ -2,7 +2,6 @@ package containers
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -490,11 +489,7 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 	// The refresh is the session's first request, which saves the round
 	// trip of a ping.
 	refresh := func(ctx context.Context, client *host.Client) error {
-		entropy := make([]byte, 64)
-		if _, err := rand.Read(entropy); err != nil {
-			return fmt.Errorf("entropy for the guest: %w", err)
-		}
-		if err := client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy, Identity: identity}); err != nil {
+		if err := client.Freshen(ctx, identity); err != nil {
 			return fmt.Errorf("refresh the restored guest (clock, RNG, identity): %w", err)
 		}
 		return nil

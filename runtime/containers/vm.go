@@ -40,11 +40,21 @@ func (g Guest) startVM(ctx context.Context, spec vmSpec) (_ vmm.Machine, _ *host
 	}()
 	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
 	defer cancel()
-	client, err := connectAgent(readyCtx, machine)
+	// The guest's clock comes from its RTC, read to the whole second, so
+	// the first request sets it to the host's, as a container's clock is
+	// the host's under dockerd.
+	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, "console.log"))
 	}
 	return machine, client, nil
+}
+
+func freshen(ctx context.Context, client *host.Client) error {
+	if err := client.Freshen(ctx, nil); err != nil {
+		return fmt.Errorf("set the booted guest's clock: %w", err)
+	}
+	return nil
 }
 
 // killVM ends a VMM at once and removes what its driver made.

@@ -2,12 +2,9 @@ package templates
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
-	"time"
 
 	"github.com/husk-vm/husk/shim/host"
-	"github.com/husk-vm/husk/shim/proto"
 )
 
 // Template names the template a VM of this shape restores from now. The
@@ -26,11 +23,7 @@ func (m *Manager) Template(ctx context.Context, memoryMiB, cpus, nics int) (stri
 // clock is set to the host's, and host entropy is mixed into its RNG, so
 // that no two restores of one snapshot share their random numbers.
 func Refresh(ctx context.Context, client *host.Client) error {
-	entropy := make([]byte, 64)
-	if _, err := rand.Read(entropy); err != nil {
-		return fmt.Errorf("entropy for the guest: %w", err)
-	}
-	if err := client.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy}); err != nil {
+	if err := client.Freshen(ctx, nil); err != nil {
 		return fmt.Errorf("refresh a guest restored from a template: %w", err)
 	}
 	return nil

@@ -86,7 +86,7 @@ func (a *Agent) refresh(ctx context.Context, spec *proto.RefreshSpec) error {
 			return err
 		}
 	}
-	a.log.Debug("refreshed after restore", "clock", spec.TimeUnixNano > 0, "entropy_bytes", len(spec.Entropy),
+	a.log.Debug("refreshed", "clock", spec.TimeUnixNano > 0, "entropy_bytes", len(spec.Entropy),
 		"identity", spec.Identity != nil)
 	return nil
 }
