@@ -22,8 +22,8 @@ const (
 )
 
 // TestGuestClock: a container's clock is the host's whether its VM was
-// booted, restored from a template, or restored from a checkpoint made
-// seconds earlier.
+// booted, restored from a template, paused for seconds, or restored from
+// a checkpoint made seconds earlier.
 func TestGuestClock(t *testing.T) {
 	requireHusk(t)
 	img := pulled(t, testimages.Busybox)
@@ -40,6 +40,14 @@ func TestGuestClock(t *testing.T) {
 		if !daemonLogHas(t, "container VM restored from a template", "id="+id[:12]) {
 			t.Fatalf("%s was not restored from a template", name)
 		}
+		checkGuestClock(t, name)
+	})
+	t.Run("unpause", func(t *testing.T) {
+		name := containerName(t, "")
+		mustDocker(t, "run", "-d", "--name", name, img, "sleep", "600")
+		mustDocker(t, "pause", name)
+		time.Sleep(2 * time.Second)
+		mustDocker(t, "unpause", name)
 		checkGuestClock(t, name)
 	})
 	t.Run("checkpoint", func(t *testing.T) {

@@ -99,7 +99,7 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 	man, err := m.checkpoint(ctx, c, r, dir, req.CheckpointID, !req.Exit)
 	if err != nil {
 		// The container goes on as it was.
-		if rerr := r.machine.Resume(context.WithoutCancel(ctx)); rerr != nil {
+		if rerr := c.resumeVM(context.WithoutCancel(ctx), r); rerr != nil {
 			m.log.Error("resume after failed checkpoint", "id", c.rec.ID[:12], "err", rerr)
 		}
 		c.mu.Unlock()
@@ -166,7 +166,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 		}
 		m.log.Debug("checkpoint files written", "id", c.rec.ID[:12], "snapshot", t1.Sub(t0), "disk", time.Since(t1))
 		if resume {
-			if err := r.machine.Resume(ctx); err != nil {
+			if err := c.resumeVM(ctx, r); err != nil {
 				return checkpoints.Manifest{}, fmt.Errorf("resume after checkpoint: %w", err)
 			}
 		}

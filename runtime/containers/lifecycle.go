@@ -852,7 +852,8 @@ func (c *ctr) reattach(ctx context.Context) error {
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	client, err := connectAgent(readyCtx, machine)
+	// Its clock stood still for as long as it was paused.
+	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
 	if err != nil {
 		_ = machine.Kill()
 		_ = machine.Cleanup()

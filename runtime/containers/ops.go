@@ -106,7 +106,7 @@ func (m *Manager) Unpause(ctx context.Context, ref string) error {
 
 // resumeLocked resumes a paused VM. Callers hold c.mu.
 func (c *ctr) resumeLocked(ctx context.Context) error {
-	if err := c.run.machine.Resume(ctx); err != nil {
+	if err := c.resumeVM(ctx, c.run); err != nil {
 		return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
 	}
 	c.rec.State.Paused = false
@@ -114,6 +114,20 @@ func (c *ctr) resumeLocked(ctx context.Context) error {
 	c.resumeHealthLocked()
 	if err := c.save(); err != nil {
 		c.m.log.Error("persist unpause", "id", c.rec.ID[:12], "err", err)
+	}
+	return nil
+}
+
+// resumeVM resumes r's VM and sets the guest's clock to the host's: a
+// paused guest's clock stands still (QEMU stops the guest's TSC under TCG,
+// and kvmclock under KVM), where a container frozen by dockerd keeps the
+// host's time. A guest that cannot be told the time runs on regardless.
+func (c *ctr) resumeVM(ctx context.Context, r *run) error {
+	if err := r.machine.Resume(ctx); err != nil {
+		return err
+	}
+	if err := r.client.Freshen(ctx, nil); err != nil {
+		c.m.log.Warn("set the resumed guest's clock", "id", c.rec.ID[:12], "err", err)
 	}
 	return nil
 }
