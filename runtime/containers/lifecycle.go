@@ -852,12 +852,17 @@ func (c *ctr) reattach(ctx context.Context) error {
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// Its clock stood still for as long as it was paused.
-	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
+	// A ping first: the VM may run an agent older than this daemon, whose
+	// protocol version the ping checks.
+	client, err := connectAgent(readyCtx, machine)
 	if err != nil {
 		_ = machine.Kill()
 		_ = machine.Cleanup()
 		return err
+	}
+	// Its clock stood still for as long as it was paused.
+	if err := client.Freshen(readyCtx, nil); err != nil {
+		c.m.log.Warn("set the reattached guest's clock", "id", c.rec.ID[:12], "err", err)
 	}
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), shares: c.m.findShares(c.rec.VMDir),
 		exited: make(chan struct{}), resend: true}

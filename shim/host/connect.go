@@ -32,7 +32,10 @@ func Connect(ctx context.Context, g Guest, retry time.Duration) (*Client, error)
 // anything else sends the refresh as first: under TCG each host↔guest
 // round trip of a freshly restored guest costs it tens of milliseconds.
 // An error the agent answers with is returned at once; only a session
-// that could not be had is tried again.
+// that could not be had is tried again. Only Connect's ping checks the
+// agent's protocol version: ConnectWith is for agents the caller put in
+// the guest itself (its own initramfs, a checkpoint made under it), not
+// for VMs an older daemon started.
 func ConnectWith(ctx context.Context, g Guest, retry time.Duration, first func(context.Context, *Client) error) (*Client, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
