@@ -28,9 +28,9 @@ func Connect(ctx context.Context, g Guest, retry time.Duration) (*Client, error)
 }
 
 // ConnectWith is Connect with first as the session's first request in
-// place of Connect's ping. A restore that must refresh the guest before
-// anything else sends the refresh as first: under TCG each host↔guest
-// round trip of a freshly restored guest costs it tens of milliseconds.
+// place of Connect's ping. Boots and restores, which must set the guest's
+// clock before anything else, send that refresh as first: under TCG each
+// host↔guest round trip of a fresh guest costs it tens of milliseconds.
 // An error the agent answers with is returned at once; only a session
 // that could not be had is tried again. Only Connect's ping checks the
 // agent's protocol version: ConnectWith is for agents the caller put in
