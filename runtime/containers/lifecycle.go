@@ -323,7 +323,11 @@ func (c *ctr) setUpAndStart(ctx context.Context, client *host.Client, setup prot
 // agentRetry is how often a booting guest's agent is dialled again.
 const agentRetry = 50 * time.Millisecond
 
-// connectAgent opens a session with the booting or restored guest's agent.
+// connectAgent opens a session with a guest's agent and pings it, which
+// checks the agent's protocol version (a reattached VM may run an older
+// agent) and leaves the guest's clock alone (the floor's raw boot).
+// Container and build VMs set the clock in their first request instead
+// (host.ConnectWith).
 func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
 	return host.Connect(ctx, machine, agentRetry)
 }
