@@ -24,8 +24,8 @@ type wantedModule struct {
 }
 
 // guestModules is what the agent needs: virtio-pci for every device on
-// QEMU's pc machine and cloud-hypervisor, virtio-mmio for QEMU's microvm
-// machine, the block disks (virtio-scsi and its disk driver on QEMU's pc
+// QEMU's Q35 machine and cloud-hypervisor, virtio-mmio for QEMU's microvm
+// machine, the block disks (virtio-scsi and its disk driver on QEMU's Q35
 // machine, which hot-plugs disks without ACPI; virtio-blk elsewhere), the
 // virtio-serial agent port, the
 // network, overlayfs for base+upper, vsock for cloud-hypervisor's agent

@@ -19,9 +19,9 @@
 //     endpoints (network.Manager.AdoptTaps: renamed to the endpoints' TAP
 //     names, put on their bridges, brought up). The alternative, pooled
 //     VMs without NICs and the NICs hot-plugged at take, was not chosen:
-//     a NIC hot-plug on the pc machine is an ACPI PCI hot-plug, which the
-//     guest takes 0.2-0.5 s under TCG to probe, most of what the pool
-//     exists to save. Adoption is a few netlink calls;
+//     a NIC hot-plug is an ACPI PCI hot-plug, which the guest took
+//     0.2-0.5 s under TCG to probe on the i440fx pc (~0.15 s on Q35), much
+//     of what the pool exists to save. Adoption is a few netlink calls;
 //   - its disks, hot-plugged as after a template restore;
 //   - its identity: the VM's NICs are recorded under the container's MACs
 //     (for disconnect and snapshots), the guest's clock and RNG are

@@ -23,7 +23,7 @@ type Config struct {
 	CPUs      int
 	// Disks are attached in this order, each with its Serial visible to
 	// the guest: as virtio-blk devices (/sys/block/*/serial), or, by
-	// QEMU on the pc machine, as SCSI disks on a virtio-scsi controller
+	// QEMU on the Q35 machine, as SCSI disks on a virtio-scsi controller
 	// (the unit serial number page, /sys/block/*/device/vpd_pg80).
 	Disks []Disk
 	// Accel is "kvm" or "tcg"; drivers that have no choice ignore it.

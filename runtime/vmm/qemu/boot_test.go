@@ -110,7 +110,7 @@ func processGone(pid int) bool {
 // shared CI machine its result says more about the load than the driver.
 func TestBootAndReattach(t *testing.T) {
 	env := needBoot(t)
-	for _, machine := range []string{MachinePC, MachineMicroVM} {
+	for _, machine := range []string{MachineQ35, MachineMicroVM} {
 		t.Run(machine, func(t *testing.T) {
 			if machine == MachineMicroVM && os.Getenv("HUSK_QEMU_MICROVM") != "1" {
 				t.Skip("microvm boots only with HUSK_QEMU_MICROVM=1: it hangs under TCG on a loaded host")

@@ -27,7 +27,7 @@ func TestRelocateFollowsTheDirectory(t *testing.T) {
 	}
 	m := newMachine(old, dirFD, 42, slog.New(slog.DiscardHandler))
 	t.Cleanup(m.releaseFDs)
-	m.layout = &layout{Machine: MachinePC, Nets: 1, NICs: []layoutNIC{{Slot: 0, MAC: "52:54:00:12:34:56"}}, Slots: pciSlotPlan}
+	m.layout = &layout{Machine: MachineQ35, Nets: 1, NICs: []layoutNIC{{Slot: 0, MAC: "52:54:00:12:34:56"}}, Slots: pciSlotPlan}
 	if err := os.Rename(old, moved); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/husk-vm/husk/runtime/vmm"
 )
 
-// PCI slots on the pc machine. Every device has a fixed slot so that a
+// PCI slots on the Q35 machine. Every device has a fixed slot so that a
 // disk hot-plugged into a VM restored from a template lands where a VM
 // started with that disk has it: a snapshot of either then restores into
 // the other, because QEMU names each device's migration state by its PCI
@@ -22,12 +22,17 @@ const (
 	// 0x10-0x1f; plan 2 has them on the virtio-scsi controller; plan 3
 	// has NICs without an option ROM (the ROM is migrated state); plan 4
 	// has a virtio-serial controller of serialPorts ports (its port count
-	// is migrated state).
-	pciSlotPlan  = 4
-	serialSlot   = 0x03
-	firstNetSlot = 0x04
-	maxNets      = 12 // slots 0x04-0x0f
-	// scsiSlot holds the virtio-scsi controller every pc VM has, disks or
+	// is migrated state); plan 5 is on Q35 (plans 1-4 were on the i440fx
+	// pc), with its NICs behind a PCI bridge.
+	pciSlotPlan = 5
+	serialSlot  = 0x03
+	// NICs sit behind a PCI bridge in nicBridgeSlot, NIC slot i in bridge
+	// slot i+1: Q35's root bus has no hot-plug, and the bridge's slots do
+	// (through ACPI, like the pc's root bus had). Every VM has the bridge,
+	// NICs or not, so that a NIC can be hot-plugged into any of them.
+	nicBridgeSlot = 0x04
+	maxNets       = 12
+	// scsiSlot holds the virtio-scsi controller every Q35 VM has, disks or
 	// not, so a template (diskless) and a cold-booted VM have the same
 	// devices. Its disks are targets 0 to maxDisks-1, LUN 0.
 	scsiSlot = 0x10
@@ -47,10 +52,25 @@ func diskNode(i int) string   { return fmt.Sprintf("disk%d", i) }
 func diskDevice(i int) string { return "v" + diskNode(i) }
 func diskFdSet(i int) int     { return i + 1 }
 
+// nicBridge is the id of the PCI bridge the NICs sit behind.
+const nicBridge = "nicbridge"
+
+// nicAddr is NIC slot i's address behind nicBridge.
+func nicAddr(i int) string { return fmt.Sprintf("0x%x", i+1) }
+
+// nicSlotOpt pins NIC slot i to its place behind nicBridge, on machines
+// with PCI.
+func nicSlotOpt(machine string, i int) string {
+	if machine != MachineQ35 {
+		return ""
+	}
+	return ",bus=" + nicBridge + ",addr=" + nicAddr(i)
+}
+
 // slotOpt is the ",addr=" option that pins a device to slot, on machines
 // with PCI.
 func slotOpt(machine string, slot int) string {
-	if machine != MachinePC {
+	if machine != MachineQ35 {
 		return ""
 	}
 	return fmt.Sprintf(",addr=0x%x", slot)
@@ -63,7 +83,7 @@ func slotOpt(machine string, slot int) string {
 // a PCI hot-plug, which the guest handles through ACPI: under TCG that
 // took 0.4-0.5 s for two disks, most of it interpreting AML and routing
 // interrupts. The disks join the VM's layout, so a snapshot taken later
-// restores into a VM started with them. Only the pc machine has
+// restores into a VM started with them. Only the Q35 machine has
 // hot-plug: elsewhere this fails with errdefs.ErrNotImplemented. On error
 // the VM may hold some of the disks; callers discard it.
 //

@@ -17,8 +17,8 @@ import (
 	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
-// NIC hot-plug. A NIC sits in one of the maxNets slots from firstNetSlot
-// on; its netdev and device are named after the slot (netdevID, nicID),
+// NIC hot-plug. A NIC sits in one of the maxNets slots behind the NIC
+// bridge (nicSlotOpt); its netdev and device are named after the slot (netdevID, nicID),
 // at boot as when hot-plugged, so RemoveNIC finds either kind.
 //
 // QEMU runs as "nobody" by the time a NIC is hot-plugged and could not
@@ -90,7 +90,7 @@ func (m *Machine) AddNIC(ctx context.Context, n vmm.Net) (err error) {
 	}
 	err = q.Execute(ctx, "device_add", map[string]any{
 		"driver": "virtio-net-pci", "id": nicID(slot), "netdev": netdevID(slot),
-		"mac": mac.String(), "addr": fmt.Sprintf("0x%x", firstNetSlot+slot), "romfile": "",
+		"mac": mac.String(), "bus": nicBridge, "addr": nicAddr(slot), "romfile": "",
 	}, nil)
 	if err != nil {
 		_ = q.Execute(undo, "netdev_del", map[string]string{"id": netdevID(slot)}, nil)
@@ -108,7 +108,7 @@ func (m *Machine) AddNIC(ctx context.Context, n vmm.Net) (err error) {
 		}
 		return err
 	}
-	m.log.Debug("NIC hot-plugged", "tap", n.Tap, "mac", mac, "slot", firstNetSlot+slot)
+	m.log.Debug("NIC hot-plugged", "tap", n.Tap, "mac", mac, "slot", slot)
 	return nil
 }
 
@@ -146,7 +146,7 @@ func (m *Machine) RemoveNIC(ctx context.Context, mac string) error {
 	if err := m.setLayout(&next); err != nil {
 		return err
 	}
-	m.log.Debug("NIC unplugged", "mac", hw, "slot", firstNetSlot+slot)
+	m.log.Debug("NIC unplugged", "mac", hw, "slot", slot)
 	return nil
 }
 
@@ -184,7 +184,7 @@ func deleteDevice(ctx context.Context, q *QMP, id string) error {
 	}
 }
 
-// pciLayout is the VM's layout when it can hot-plug: a pc machine whose
+// pciLayout is the VM's layout when it can hot-plug: a Q35 machine whose
 // layout is known.
 func (m *Machine) pciLayout(what string) (*layout, error) {
 	m.mu.Lock()
@@ -193,7 +193,7 @@ func (m *Machine) pciLayout(what string) (*layout, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%s qemu %d: its layout is unknown: %w", what, m.pid, errdefs.ErrNotImplemented)
 	}
-	if l.Machine != MachinePC {
+	if l.Machine != MachineQ35 {
 		return nil, fmt.Errorf("%s qemu %d: machine %s has no PCI hot-plug: %w", what, m.pid, l.Machine, errdefs.ErrNotImplemented)
 	}
 	return l, nil

@@ -24,19 +24,19 @@ func TestQEMUArgsNICSlots(t *testing.T) {
 		want  []string
 	}{
 		{"boot", nil, []string{
-			"virtio-net-pci,romfile=,id=vnet0,netdev=net0,mac=02:42:0a:00:00:02,addr=0x4",
-			"virtio-net-pci,romfile=,id=vnet1,netdev=net1,mac=02:42:0a:00:00:03,addr=0x5",
+			"virtio-net-pci,romfile=,id=vnet0,netdev=net0,mac=02:42:0a:00:00:02,bus=nicbridge,addr=0x1",
+			"virtio-net-pci,romfile=,id=vnet1,netdev=net1,mac=02:42:0a:00:00:03,bus=nicbridge,addr=0x2",
 		}},
 		// A restore of a VM that lost its first NIC and gained one in
-		// slot 0x6 by hot-plug.
+		// slot 2 by hot-plug.
 		{"restore", []int{1, 2}, []string{
-			"virtio-net-pci,romfile=,id=vnet1,netdev=net1,mac=02:42:0a:00:00:02,addr=0x5",
-			"virtio-net-pci,romfile=,id=vnet2,netdev=net2,mac=02:42:0a:00:00:03,addr=0x6",
+			"virtio-net-pci,romfile=,id=vnet1,netdev=net1,mac=02:42:0a:00:00:02,bus=nicbridge,addr=0x2",
+			"virtio-net-pci,romfile=,id=vnet2,netdev=net2,mac=02:42:0a:00:00:03,bus=nicbridge,addr=0x3",
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args, err := qemuArgs(argSpec{machine: MachinePC, netSlots: tt.slots}, cfg)
+			args, err := qemuArgs(argSpec{machine: MachineQ35, netSlots: tt.slots}, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,19 +52,19 @@ func TestQEMUArgsNICSlots(t *testing.T) {
 		})
 	}
 	for _, bad := range [][]int{{0}, {0, maxNets}} {
-		if _, err := qemuArgs(argSpec{machine: MachinePC, netSlots: bad}, cfg); !errdefs.IsInvalidArgument(err) {
+		if _, err := qemuArgs(argSpec{machine: MachineQ35, netSlots: bad}, cfg); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("slots %v: err %v, want invalid argument", bad, err)
 		}
 	}
 }
 
-// hotplugMachine is a Machine on a pc VM with one NIC in slot 0 whose
+// hotplugMachine is a Machine on a Q35 VM with one NIC in slot 0 whose
 // monitor is a fake in dir; TAPs are plain files.
 func hotplugMachine(t *testing.T) *Machine {
 	t.Helper()
 	dir := t.TempDir()
 	m := newMachine(dir, nil, 42, slog.New(slog.DiscardHandler))
-	m.layout = &layout{Machine: MachinePC, Nets: 1, NICs: []layoutNIC{{Slot: 0, MAC: "02:42:0a:7b:00:02"}}, Slots: pciSlotPlan}
+	m.layout = &layout{Machine: MachineQ35, Nets: 1, NICs: []layoutNIC{{Slot: 0, MAC: "02:42:0a:7b:00:02"}}, Slots: pciSlotPlan}
 	m.openTap = func(name string) (*os.File, error) {
 		return os.Create(filepath.Join(dir, "tap-"+name))
 	}
@@ -100,7 +100,7 @@ func TestNICHotplugQMP(t *testing.T) {
 		"qmp_capabilities",
 		`getfd{"fdname":"husk-nic1"}`,
 		`netdev_add{"fd":"husk-nic1","id":"net1","type":"tap"}`,
-		`device_add{"addr":"0x5","driver":"virtio-net-pci","id":"vnet1","mac":"02:42:0a:7c:00:03","netdev":"net1","romfile":""}`,
+		`device_add{"addr":"0x2","bus":"nicbridge","driver":"virtio-net-pci","id":"vnet1","mac":"02:42:0a:7c:00:03","netdev":"net1","romfile":""}`,
 	}
 	if got := <-seen; !slices.Equal(got, want) {
 		t.Errorf("AddNIC sent %q, want %q", got, want)

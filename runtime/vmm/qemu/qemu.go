@@ -5,8 +5,8 @@
 // one: see bootKernel), its disks as SCSI
 // disks on a virtio-scsi controller (virtio-blk on microvm, which has no
 // PCI to hot-plug into anyway), and the agent channel as a virtio-serial port named
-// proto.PortName backed by a unix-socket chardev. The machine is the
-// i440fx "pc" by default, or QEMU's microvm (Options.Machine).
+// proto.PortName backed by a unix-socket chardev. The machine is Q35 by
+// default, or QEMU's microvm (Options.Machine).
 //
 // The process runs in its own session with its working directory set to
 // the VM's directory, which holds everything the driver creates there:
@@ -28,18 +28,29 @@
 // tagged with an id, and asynchronous events. So this package carries a
 // small client (QMP), which also serves stop/cont/migrate for snapshots.
 //
-// Why pc, although microvm boots faster: measured on the project's 2-core
+// Why a PC, although microvm boots faster: measured on the project's 2-core
 // TCG machine with the Debian 6.1 cloud kernel and a small Go init (boot to
-// the init answering on the agent port), an idle host boots microvm in
-// 1.72-1.87 s and pc in 2.19-2.49 s (pc spends ~0.1 s per PCI device on
-// ACPI interrupt links, besides SeaBIOS). But on a starved host (four boots
-// at once beside two busy loops) every microvm guest hung before the
+// the init answering on the agent port), an idle host booted microvm in
+// 1.72-1.87 s and the i440fx pc in 2.19-2.49 s. But on a starved host (four
+// boots at once beside two busy loops) every microvm guest hung before the
 // kernel's first message for the whole 3-minute limit, while every pc guest
 // booted in ~7 s. A runtime that boots a VM per `docker run` is always at
-// risk of a busy host, so pc is the default; microvm stays available
+// risk of a busy host, so a PC is the default; microvm stays available
 // (Options.Machine) and needs virtio_mmio, which kernel.GuestModules loads.
 // microvm with acpi=off or pit/pic off did not boot this kernel, and
 // rtc=off doubled its boot time.
+//
+// Why Q35 rather than the i440fx pc: the guest looks up a PCI device's
+// interrupt in the root bridge's ACPI _PRT each time it enables one, and
+// QEMU's pc builds that table in an AML loop of 128 iterations, which the
+// guest's ACPI interpreter took ~240 ms to run under TCG, once per device
+// (the serial controller, the SCSI controller, each NIC). Q35's _PRT is a
+// static package: ~6 ms. Interleaved on the 2-core machine, a raw boot to
+// agent-ready took medians of 3.70 s against 4.26 s (n=7), a cold `docker
+// run --rm true` 4.07 s against 4.76 s (n=6), and `docker network connect`
+// of a running container ~165 ms against ~520 ms. Q35's root bus cannot
+// hot-plug, so NICs sit behind a PCI bridge (nicBridgeSlot) that can; a
+// PCIe root port per NIC slot instead cost a boot ~30 ms each.
 package qemu
 
 import (
@@ -106,15 +117,21 @@ const (
 	// virtio-mmio discovered through ACPI. The guest kernel needs
 	// virtio_mmio (kernel.GuestModules includes it).
 	MachineMicroVM = "microvm"
-	// MachinePC is the i440fx PC with SeaBIOS and virtio-pci devices.
-	MachinePC = "pc"
+	// MachineQ35 is the Q35 PC with virtio-pci devices, booted by qboot
+	// where QEMU ships it.
+	MachineQ35 = "q35"
 )
+
+// q35Options leave out the Q35 devices no guest of the driver uses: the
+// AHCI controller and the SMBus controller (the ISA bridge, in the same
+// slot, stays).
+const q35Options = ",sata=off,smbus=off"
 
 // Options configure the driver.
 type Options struct {
 	// Binary is the QEMU executable; default qemu-system-x86_64 from PATH.
 	Binary string
-	// Machine is MachinePC (the default) or MachineMicroVM.
+	// Machine is MachineQ35 (the default) or MachineMicroVM.
 	Machine string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -180,7 +197,7 @@ func New(opts Options) *Driver {
 		d.tbMiB = DefaultTBSizeMiB
 	}
 	if d.machine == "" {
-		d.machine = MachinePC
+		d.machine = MachineQ35
 	}
 	switch d.runAs {
 	case "":
@@ -266,7 +283,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 	if err := validate(cfg, d.machine); err != nil {
 		return nil, err
 	}
-	if d.machine != MachineMicroVM && d.machine != MachinePC {
+	if d.machine != MachineMicroVM && d.machine != MachineQ35 {
 		return nil, fmt.Errorf("qemu machine %q: %w", d.machine, errdefs.ErrInvalidArgument)
 	}
 	dir, err := filepath.Abs(cfg.Dir)
@@ -285,7 +302,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 	if spec.cpu == "" {
 		spec.cpu = cpuModel(cfg.Accel)
 	}
-	if !spec.incoming && d.machine == MachinePC {
+	if !spec.incoming && d.machine == MachineQ35 {
 		spec.firmware = d.bootFirmware(ctx)
 	}
 	wantStatus := "running"
@@ -425,7 +442,7 @@ func validate(cfg vmm.Config, machine string) error {
 		return bad("%d disks and %d NICs, at most %d and %d", len(cfg.Disks), len(cfg.Nets), maxDisks, maxNets)
 	}
 	for _, d := range cfg.Disks {
-		if d.Removable && machine != MachinePC {
+		if d.Removable && machine != MachineQ35 {
 			return fmt.Errorf("vm %s: machine %s has no removable disks: %w", cfg.ID, machine, errdefs.ErrNotImplemented)
 		}
 		if d.Path == "" && !d.Removable {
@@ -450,8 +467,8 @@ type argSpec struct {
 	tbMiB int
 	// incoming makes a QEMU that waits for a migration (a restore).
 	incoming bool
-	// netSlots puts cfg.Nets[i] in NIC slot netSlots[i] (an offset from
-	// firstNetSlot), as a restore must place the NICs of a VM that had
+	// netSlots puts cfg.Nets[i] in NIC slot netSlots[i] (behind the NIC
+	// bridge), as a restore must place the NICs of a VM that had
 	// some hot-plugged; nil puts them in the first slots in order.
 	netSlots []int
 	// memory is the guest RAM's file, if any.
@@ -465,7 +482,7 @@ type argSpec struct {
 	firmware string
 }
 
-// bootFirmware is the firmware pc VMs boot with: qboot when QEMU's data
+// bootFirmware is the firmware Q35 VMs boot with: qboot when QEMU's data
 // directories (qemu -L help) hold it, else QEMU's default.
 func (d *Driver) bootFirmware(ctx context.Context) string {
 	d.firmwareOnce.Do(func() {
@@ -543,7 +560,7 @@ func cpuModel(accel string) string {
 // the kernel and initramfs in its own memory for the VM's lifetime (as
 // fw_cfg data for a boot that never happens; 14 MiB for Debian's
 // kernel). None of them is migration state, and the option ROM that
-// loads them has no RAM block on the pc machine.
+// loads them has no RAM block on a PC machine.
 func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	machine, runAs := spec.machine, spec.runAs
 	netSlots := spec.netSlots
@@ -590,13 +607,16 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	if c := strings.TrimSpace(cfg.Cmdline); c != "" {
 		cmdline += " " + c
 	}
-	// The same devices on either machine, on its own transport; pc's
+	// The same devices on either machine, on its own transport; Q35's
 	// disks are SCSI disks (below).
 	blk, serial := "", "virtio-serial-pci"
 	if machine == MachineMicroVM {
 		blk, serial = "virtio-blk-device", "virtio-serial-device"
 	}
 	args := []string{"-M", machine}
+	if machine == MachineQ35 {
+		args[1] += q35Options
+	}
 	if cfg.ID != "" {
 		args = append(args, "-name", optEscape(cfg.ID)+",process="+optEscape("husk-"+cfg.ID))
 	}
@@ -639,8 +659,10 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	if runAs != "" {
 		args = append(args, "-runas", runAs)
 	}
-	if machine == MachinePC {
-		args = append(args, "-device", "virtio-scsi-pci,id=scsi0"+slotOpt(machine, scsiSlot))
+	if machine == MachineQ35 {
+		args = append(args,
+			"-device", "virtio-scsi-pci,id=scsi0"+slotOpt(machine, scsiSlot),
+			"-device", fmt.Sprintf("pci-bridge,id=%s,chassis_nr=2", nicBridge)+slotOpt(machine, nicBridgeSlot))
 	}
 	fd := firstDiskFD
 	for i, d := range cfg.Disks {
@@ -655,7 +677,7 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 		}
 		id := diskNode(i)
 		dev := blk + ",id=" + diskDevice(i) + ",drive=" + id + ",serial=" + optEscape(d.Serial)
-		if machine == MachinePC {
+		if machine == MachineQ35 {
 			dev = fmt.Sprintf("scsi-hd,bus=%s,channel=0,scsi-id=%d,lun=0,id=%s,drive=%s,serial=%s", scsiBus, i, diskDevice(i), id, optEscape(d.Serial))
 		}
 		if d.Removable {
@@ -688,7 +710,7 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 		// device's id is what RemoveNIC unplugs.
 		args = append(args,
 			"-netdev", "tap,id="+netdevID(slot)+",ifname="+optEscape(n.Tap)+",script=no,downscript=no",
-			"-device", netDev+",id="+nicID(slot)+",netdev="+netdevID(slot)+",mac="+optEscape(n.MAC)+slotOpt(machine, firstNetSlot+slot),
+			"-device", netDev+",id="+nicID(slot)+",netdev="+netdevID(slot)+",mac="+optEscape(n.MAC)+nicSlotOpt(machine, slot),
 		)
 	}
 	shareArgs, err := sharesArgs(machine, dir(cfg), mem, cfg.Shares)
@@ -817,7 +839,7 @@ func sharesArgs(machine, dir string, memMiB int, shares []vmm.Share) ([]string, 
 		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", memMiB),
 		"-machine", "memory-backend=mem",
 	}
-	if machine == MachinePC {
+	if machine == MachineQ35 {
 		args = append(args, "-device", fmt.Sprintf("pci-bridge,id=fsbridge,chassis_nr=1,addr=0x%x", shareBridgeSlot))
 	}
 	for i, sh := range shares {
@@ -842,7 +864,7 @@ func sharesArgs(machine, dir string, memMiB int, shares []vmm.Share) ([]string, 
 
 // shareSlotOpt pins share i to its own slot behind the share bridge.
 func shareSlotOpt(machine string, i int) string {
-	if machine != MachinePC {
+	if machine != MachineQ35 {
 		return ""
 	}
 	return fmt.Sprintf(",bus=fsbridge,addr=0x%x", i+1)

@@ -45,7 +45,7 @@ func TestQEMUArgs(t *testing.T) {
 			{Path: "/sandboxes/upper.ext4", Serial: "upper"},
 		},
 	}
-	args, err := qemuArgs(argSpec{machine: MachinePC}, cfg)
+	args, err := qemuArgs(argSpec{machine: MachineQ35}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestQEMUArgs(t *testing.T) {
 		flag string
 		want []string
 	}{
-		{"-M", []string{"pc"}},
+		{"-M", []string{"q35,sata=off,smbus=off"}},
 		{"-accel", []string{"tcg"}},
 		{"-cpu", []string{"max,erms=off"}},
 		{"-m", []string{"512"}},
@@ -80,6 +80,8 @@ func TestQEMUArgs(t *testing.T) {
 		// Fixed slots and targets: hot-plugged disks land in the same
 		// ones.
 		"virtio-scsi-pci,id=scsi0,addr=0x10",
+		// The NIC bridge is there without NICs: one can be hot-plugged.
+		"pci-bridge,id=nicbridge,chassis_nr=2,addr=0x4",
 		"scsi-hd,bus=scsi0.0,channel=0,scsi-id=0,lun=0,id=vdisk0,drive=disk0,serial=base",
 		"scsi-hd,bus=scsi0.0,channel=0,scsi-id=1,lun=0,id=vdisk1,drive=disk1,serial=upper",
 		"virtio-serial-pci,id=vserial,max_ports=2,addr=0x3",
@@ -117,7 +119,7 @@ func TestQEMUArgs(t *testing.T) {
 	}
 
 	cfg.Accel = "kvm"
-	args, err = qemuArgs(argSpec{machine: MachinePC}, cfg)
+	args, err = qemuArgs(argSpec{machine: MachineQ35}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +130,7 @@ func TestQEMUArgs(t *testing.T) {
 
 func TestQEMUArgsConfine(t *testing.T) {
 	cfg := vmm.Config{ID: "c", Kernel: "/k", Initramfs: "/i"}
-	args, err := qemuArgs(argSpec{machine: MachinePC, runAs: "nobody"}, cfg)
+	args, err := qemuArgs(argSpec{machine: MachineQ35, runAs: "nobody"}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func TestQEMUArgsConfine(t *testing.T) {
 	if got := argAfter(args, "-runas"); !slices.Equal(got, []string{"nobody"}) {
 		t.Errorf("-runas = %q, want nobody", got)
 	}
-	args, err = qemuArgs(argSpec{machine: MachinePC}, cfg)
+	args, err = qemuArgs(argSpec{machine: MachineQ35}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +172,7 @@ func TestValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := good
 			tt.mod(&cfg)
-			err := validate(cfg, MachinePC)
+			err := validate(cfg, MachineQ35)
 			if (err == nil) != tt.ok {
 				t.Fatalf("validate err = %v, want ok=%v", err, tt.ok)
 			}
@@ -302,7 +304,7 @@ func TestQEMUArgsShares(t *testing.T) {
 		// NICs too, so the pinning check below covers them.
 		Nets: []vmm.Net{{Tap: "tap0", MAC: "02:42:0a:00:00:02"}, {Tap: "tap1", MAC: "02:42:0a:00:00:03"}},
 	}
-	args, err := qemuArgs(argSpec{machine: MachinePC, runAs: "nobody"}, cfg)
+	args, err := qemuArgs(argSpec{machine: MachineQ35, runAs: "nobody"}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +354,7 @@ func TestQEMUArgsShares(t *testing.T) {
 		slots[key] = d
 	}
 
-	noShares, err := qemuArgs(argSpec{machine: MachinePC}, vmm.Config{ID: "c2", Dir: dir, Kernel: "/k", Initramfs: "/i"})
+	noShares, err := qemuArgs(argSpec{machine: MachineQ35}, vmm.Config{ID: "c2", Dir: dir, Kernel: "/k", Initramfs: "/i"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +364,7 @@ func TestQEMUArgsShares(t *testing.T) {
 
 	for _, bad := range []vmm.Share{{Tag: "", Socket: "/s"}, {Tag: strings.Repeat("t", 37), Socket: "/s"}, {Tag: "t"}} {
 		cfg.Shares = []vmm.Share{bad}
-		if _, err := qemuArgs(argSpec{machine: MachinePC}, cfg); !errdefs.IsInvalidArgument(err) {
+		if _, err := qemuArgs(argSpec{machine: MachineQ35}, cfg); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("share %+v: err %v, want invalid argument", bad, err)
 		}
 	}
@@ -388,7 +390,7 @@ func TestRestoreArgsFromLayout(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := cfg
 			cfg.Accel = c.layout.Accel
-			args, err := qemuArgs(argSpec{machine: MachinePC, incoming: true, cpu: c.layout.cpu(), firmware: c.layout.Firmware}, cfg)
+			args, err := qemuArgs(argSpec{machine: MachineQ35, incoming: true, cpu: c.layout.cpu(), firmware: c.layout.Firmware}, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -412,10 +414,10 @@ func TestQEMUArgsTCGBufferAndRestore(t *testing.T) {
 		wantKernel   bool
 		wantIncoming bool
 	}{
-		{"capped buffer", argSpec{machine: MachinePC, tbMiB: 64}, "", "tcg,tb-size=64", true, false},
-		{"QEMU's buffer", argSpec{machine: MachinePC, tbMiB: -1}, "", "tcg", true, false},
-		{"kvm has no buffer", argSpec{machine: MachinePC, tbMiB: 64}, "kvm", "kvm", true, false},
-		{"restore boots no kernel", argSpec{machine: MachinePC, tbMiB: 64, incoming: true}, "", "tcg,tb-size=64", false, true},
+		{"capped buffer", argSpec{machine: MachineQ35, tbMiB: 64}, "", "tcg,tb-size=64", true, false},
+		{"QEMU's buffer", argSpec{machine: MachineQ35, tbMiB: -1}, "", "tcg", true, false},
+		{"kvm has no buffer", argSpec{machine: MachineQ35, tbMiB: 64}, "kvm", "kvm", true, false},
+		{"restore boots no kernel", argSpec{machine: MachineQ35, tbMiB: 64, incoming: true}, "", "tcg,tb-size=64", false, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -459,9 +461,9 @@ func TestQEMUArgsFileMemory(t *testing.T) {
 		object  string
 		machine string
 	}{
-		{"template", argSpec{machine: MachinePC, memory: memorySpec{path: "/t/a,b/memory", shared: true}},
+		{"template", argSpec{machine: MachineQ35, memory: memorySpec{path: "/t/a,b/memory", shared: true}},
 			"memory-backend-file,id=pc.ram,size=256M,mem-path=/t/a,,b/memory,share=on", "memory-backend=pc.ram"},
-		{"restore", argSpec{machine: MachinePC, incoming: true, memory: memorySpec{path: "/t/memory"}},
+		{"restore", argSpec{machine: MachineQ35, incoming: true, memory: memorySpec{path: "/t/memory"}},
 			"memory-backend-file,id=pc.ram,size=256M,mem-path=/t/memory,share=off", "memory-backend=pc.ram"},
 		{"microvm", argSpec{machine: MachineMicroVM, memory: memorySpec{path: "/t/memory", shared: true}},
 			"memory-backend-file,id=microvm.ram,size=256M,mem-path=/t/memory,share=on", "memory-backend=microvm.ram"},
@@ -481,7 +483,7 @@ func TestQEMUArgsFileMemory(t *testing.T) {
 	}
 	shared := cfg
 	shared.Shares = []vmm.Share{{Tag: "husk0", Socket: "/s.sock"}}
-	if _, err := qemuArgs(argSpec{machine: MachinePC, memory: memorySpec{path: "/t/memory", shared: true}}, shared); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := qemuArgs(argSpec{machine: MachineQ35, memory: memorySpec{path: "/t/memory", shared: true}}, shared); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("file memory with shares: %v, want invalid argument", err)
 	}
 }
@@ -495,7 +497,7 @@ func TestQEMUArgsRemovable(t *testing.T) {
 		{ReadOnly: true, Serial: "husk-base", Removable: true},
 		{Path: "/u.img", Serial: "husk-upper", Removable: true},
 	}}
-	args, err := qemuArgs(argSpec{machine: MachinePC}, cfg)
+	args, err := qemuArgs(argSpec{machine: MachineQ35}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,8 +64,8 @@ type layout struct {
 	// NICs are the Nets NICs in slot order. Layouts written before NICs
 	// could be hot-plugged lack them; their NICs fill the first slots.
 	NICs []layoutNIC `json:"nics,omitempty"`
-	// Slots is the PCI slot plan the devices follow (pciSlotPlan on the
-	// pc machine, 0 on microvm): snapshots made before devices had fixed
+	// Slots is the PCI slot plan the devices follow (pciSlotPlan on
+	// Q35, 0 on microvm): snapshots made before devices had fixed
 	// slots do not fit a VM that has them.
 	Slots int `json:"slots,omitempty"`
 	// FileMemory: the VM's RAM is the shared file memoryFile
@@ -116,7 +116,7 @@ func (d layoutDisk) migrated() layoutDisk {
 	return d
 }
 
-// layoutNIC is one NIC: its slot as an offset from firstNetSlot, and the
+// layoutNIC is one NIC: its slot behind the NIC bridge, and the
 // MAC the host gave it, by which RemoveNIC finds it.
 type layoutNIC struct {
 	Slot int    `json:"slot"`
@@ -156,7 +156,7 @@ func (d *Driver) layoutOf(cfg vmm.Config, netSlots []int) layout {
 			l.NICs = append(l.NICs, layoutNIC{Slot: netSlots[i], MAC: n.MAC})
 		}
 	}
-	if d.machine == MachinePC {
+	if d.machine == MachineQ35 {
 		l.Slots = pciSlotPlan
 	}
 	if l.Accel == "" {
