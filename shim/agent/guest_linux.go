@@ -58,6 +58,13 @@ func Boot(ctx context.Context, log *slog.Logger, modulesOrder string) error {
 		log.Error("bring up lo", "err", err)
 	}
 	loadModules(ctx, log, modulesOrder)
+	if manualSCSIScan("/sys") {
+		if n, err := scanSCSIHosts("/sys"); err != nil {
+			log.Error("scan SCSI hosts", "err", err)
+		} else {
+			log.Debug("scanned SCSI hosts", "devices", n)
+		}
+	}
 	return nil
 }
 
@@ -109,25 +116,29 @@ func loadModules(ctx context.Context, log *slog.Logger, orderFile string) {
 		return
 	}
 	defer f.Close()
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		log.Error("read kernel command line", "err", err)
+	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() && ctx.Err() == nil {
 		path := strings.TrimSpace(sc.Text())
 		if path == "" || strings.HasPrefix(path, "#") {
 			continue
 		}
-		if err := loadModule(path); err != nil {
+		if err := loadModule(path, moduleArgs(string(cmdline), moduleName(path))); err != nil {
 			log.Error("load kernel module", "path", path, "err", err)
 		}
 	}
 }
 
-func loadModule(path string) error {
+func loadModule(path, args string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	err = unix.FinitModule(int(f.Fd()), "", 0)
+	err = unix.FinitModule(int(f.Fd()), args, 0)
 	if err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("finit_module: %w", err)
 	}
