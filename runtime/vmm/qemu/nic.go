@@ -18,8 +18,9 @@ import (
 )
 
 // NIC hot-plug. A NIC sits in one of the maxNets slots behind the NIC
-// bridge (nicSlotOpt); its netdev and device are named after the slot (netdevID, nicID),
-// at boot as when hot-plugged, so RemoveNIC finds either kind.
+// bridge (nicSlotOpt); its netdev and device are named after the slot
+// (netdevID, nicID), at boot as when hot-plugged, so RemoveNIC finds
+// either kind.
 //
 // QEMU runs as "nobody" by the time a NIC is hot-plugged and could not
 // attach to a root-owned persistent TAP by name, so the daemon opens the
