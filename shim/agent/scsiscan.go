@@ -25,19 +25,18 @@ import (
 // "name.param=value" words, as modprobe builds it; names compare with '-'
 // and '_' alike.
 func moduleArgs(cmdline, name string) string {
-	prefix := strings.ReplaceAll(name, "-", "_") + "."
+	canonical := func(m string) string { return strings.ReplaceAll(m, "-", "_") }
 	var args []string
 	for _, w := range strings.Fields(cmdline) {
-		mod, param, ok := strings.Cut(w, ".")
-		if !ok || param == "" || strings.ReplaceAll(mod, "-", "_")+"." != prefix {
-			continue
+		if mod, param, ok := strings.Cut(w, "."); ok && param != "" && canonical(mod) == canonical(name) {
+			args = append(args, param)
 		}
-		args = append(args, param)
 	}
 	return strings.Join(args, " ")
 }
 
-// moduleName is the module a .ko path holds.
+// moduleName is the module a .ko path holds: the initramfs names each
+// file <canonical name>.ko, uncompressed (kernel.ModulesPath).
 func moduleName(path string) string {
 	return strings.TrimSuffix(filepath.Base(path), ".ko")
 }
