@@ -290,27 +290,3 @@ func extractHere(enc *json.Encoder, spec proto.ArchiveSpec) error {
 	}
 	return enc.Encode(archiveResult{})
 }
-
-// lookupUser resolves a --user value against the container's files.
-func lookupUser(spec string) (execUser, error) {
-	passwd, err := openOptional("/etc/passwd")
-	if err != nil {
-		return execUser{}, err
-	}
-	group, err := openOptional("/etc/group")
-	if err != nil {
-		return execUser{}, err
-	}
-	u, err := resolveUser(spec, passwd, group)
-	if passwd != nil {
-		passwd.Close()
-	}
-	if group != nil {
-		group.Close()
-	}
-	var ue *userError
-	if errors.As(err, &ue) {
-		return u, &agentError{proto.KindUser, ue.msg}
-	}
-	return u, err
-}

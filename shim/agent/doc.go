@@ -10,11 +10,13 @@
 // program is PID 1 of its namespace, as under Docker. That child mounts the
 // container's /proc, /sys and /dev privately, chroots into the root prepared
 // by Setup, resolves the user and execs the program; failures before the
-// exec come back over a close-on-exec pipe. A docker exec goes the same way
-// but joins every namespace of the main process instead (joinns_linux.go),
-// so it sees the container's mounts; the IPC, network and cgroup
-// namespaces are the guest's own, which the guest gives the container
-// alone. Archive operations (docker cp) see the container root with its
+// exec come back over a close-on-exec pipe. A docker exec joins every
+// namespace of the main process instead (joinns_linux.go), so it sees the
+// container's mounts; the IPC, network and cgroup namespaces are the
+// guest's own, which the guest gives the container alone. Most execs skip
+// the re-executed child: the agent starts the program itself from the
+// thread that joined the namespaces (execdirect_linux.go); one with
+// resource limits or a terminal goes through the child. Archive operations (docker cp) see the container root with its
 // volumes but, as with dockerd, not its tmpfs mounts.
 //
 // Hand-rolled parts: /etc/passwd and /etc/group resolution follows runc's

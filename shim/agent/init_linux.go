@@ -121,25 +121,7 @@ func containerInit() error {
 		return fmt.Errorf("chdir /: %w", err)
 	}
 
-	passwd, err := openOptional("/etc/passwd")
-	if err != nil {
-		return fmt.Errorf("open /etc/passwd: %w", err)
-	}
-	group, err := openOptional("/etc/group")
-	if err != nil {
-		return fmt.Errorf("open /etc/group: %w", err)
-	}
-	u, err := resolveUser(spec.User, passwd, group)
-	if passwd != nil {
-		passwd.Close()
-	}
-	if group != nil {
-		group.Close()
-	}
-	var ue *userError
-	if errors.As(err, &ue) {
-		return &agentError{proto.KindUser, ue.msg}
-	}
+	u, err := lookupUser(spec.User)
 	if err != nil {
 		return err
 	}
@@ -189,28 +171,17 @@ func containerInit() error {
 	if err := syscall.Setuid(u.UID); err != nil {
 		return fmt.Errorf("setuid %d: %w", u.UID, err)
 	}
-	if err := os.Chdir(cwd); err != nil {
-		kind := proto.KindInternal
-		if errors.Is(err, fs.ErrPermission) {
-			kind = proto.KindPermission
-		}
-		return &agentError{kind, fmt.Sprintf("chdir to cwd (%q) set in config.json failed: %v", cwd, errors.Unwrap(err))}
+	if err := unix.Chdir(cwd); err != nil {
+		return cwdError(cwd, err)
 	}
 
-	// exec.LookPath reads PATH from our own environment, which is thrown
-	// away by the exec below.
-	os.Setenv("PATH", envValue(env, "PATH"))
 	if cfg.NoExec {
 		os.Exit(0)
 	}
 	path := cfg.Exe
 	if path == "" {
-		if path, err = exec.LookPath(spec.Args[0]); err != nil {
-			kind := proto.KindNotFound
-			if errors.Is(err, fs.ErrPermission) {
-				kind = proto.KindPermission
-			}
-			return &agentError{kind, err.Error()}
+		if path, err = lookPath(spec.Args[0], envValue(env, "PATH")); err != nil {
+			return err
 		}
 	}
 	if cfg.InitBinary != "" {
@@ -226,7 +197,21 @@ func containerInit() error {
 	if cfg.InitBinary != "" && cfg.CgroupFd > 0 {
 		env = append(env, cgroupFdEnv+"="+strconv.Itoa(cfg.CgroupFd))
 	}
-	err = unix.Exec(path, spec.Args, env)
+	return execError(path, unix.Exec(path, spec.Args, env))
+}
+
+// cwdError is the failure to enter the working directory cwd, in runc's
+// words.
+func cwdError(cwd string, err error) error {
+	kind := proto.KindInternal
+	if errors.Is(err, fs.ErrPermission) {
+		kind = proto.KindPermission
+	}
+	return &agentError{kind, fmt.Sprintf("chdir to cwd (%q) set in config.json failed: %v", cwd, err)}
+}
+
+// execError is execve's failure to run the program at path.
+func execError(path string, err error) error {
 	kind := proto.KindInternal
 	switch {
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
@@ -235,6 +220,59 @@ func containerInit() error {
 		kind = proto.KindNotFound
 	}
 	return &agentError{kind, fmt.Sprintf("exec %s: %v", path, err)}
+}
+
+// lookPath finds the program file names as exec.LookPath does, but in the
+// directories of pathEnv (the process's PATH, not the agent's) and, as
+// runc does, also in a relative directory of PATH, which Go's refuses
+// (exec.ErrDot).
+func lookPath(file, pathEnv string) (string, error) {
+	kind := func(err error) proto.ErrorKind {
+		if errors.Is(err, fs.ErrPermission) {
+			return proto.KindPermission
+		}
+		return proto.KindNotFound
+	}
+	if strings.Contains(file, "/") {
+		if err := findExecutable(file); err != nil {
+			e := &exec.Error{Name: file, Err: err}
+			return "", &agentError{kind(err), e.Error()}
+		}
+		return file, nil
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			// An empty entry is the working directory, as in the shell.
+			dir = "."
+		}
+		path := filepath.Join(dir, file)
+		if findExecutable(path) == nil {
+			return path, nil
+		}
+	}
+	e := &exec.Error{Name: file, Err: exec.ErrNotFound}
+	return "", &agentError{proto.KindNotFound, e.Error()}
+}
+
+// findExecutable checks that file is a program the caller may run, as
+// exec.LookPath does: faccessat2(2) with the caller's effective (file
+// system) ids, or the mode's execute bits where the kernel cannot say.
+func findExecutable(file string) error {
+	d, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	if d.IsDir() {
+		return syscall.EISDIR
+	}
+	err = unix.Faccessat(unix.AT_FDCWD, file, unix.X_OK, unix.AT_EACCESS)
+	if err == nil || (err != unix.ENOSYS && err != unix.EPERM) {
+		return err
+	}
+	if d.Mode()&0o111 != 0 {
+		return nil
+	}
+	return fs.ErrPermission
 }
 
 // containerEnv adds what Docker and runc add to a process environment:

@@ -90,13 +90,23 @@ func closeNamespaces(ns []nsToJoin) {
 // and mounts rather than the agent's; UTS, IPC and the others for
 // completeness, though today the main process only gets its own PID,
 // mount and UTS namespaces.
+func startInNamespaces(exe string, attr *os.ProcAttr, targetPid int) (*os.Process, error) {
+	return inNamespacesOf(targetPid, func() (*os.Process, error) {
+		return os.StartProcess(exe, []string{initArg0}, attr)
+	})
+}
+
+// inNamespacesOf runs start in every namespace of targetPid, where the
+// process it starts begins its life.
 //
 // Namespaces are per thread, so this happens on a locked thread that is
 // thrown away afterwards instead of being returned to the Go scheduler
 // with foreign namespaces. Joining a mount namespace needs a thread that
 // shares no filesystem attributes (setns(2): EINVAL otherwise), hence the
-// unshare of CLONE_FS first.
-func startInNamespaces(exe string, attr *os.ProcAttr, targetPid int) (*os.Process, error) {
+// unshare of CLONE_FS first; start may change the thread's root and
+// working directory too, and its credentials and capabilities, which are
+// per thread as well.
+func inNamespacesOf(targetPid int, start func() (*os.Process, error)) (*os.Process, error) {
 	type result struct {
 		p   *os.Process
 		err error
@@ -121,7 +131,7 @@ func startInNamespaces(exe string, attr *os.ProcAttr, targetPid int) (*os.Proces
 				return
 			}
 		}
-		p, err := os.StartProcess(exe, []string{initArg0}, attr)
+		p, err := start()
 		ch <- result{p, err}
 	}()
 	r := <-ch

@@ -44,6 +44,9 @@ type process struct {
 	// ownUTS: the process got its own UTS namespace (a main process, not
 	// an exec), so a new hostname must be set there.
 	ownUTS bool
+	// direct: the agent started the program itself, without its init
+	// (canExecDirectly).
+	direct bool
 }
 
 // signal sends sig unless the process has already been reaped (its pid may
@@ -256,7 +259,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
 	}
 	a.procs[id] = p
-	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args)
+	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args, "direct", p.direct)
 	return p, nil
 }
 
@@ -330,47 +333,25 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 			return nil, internal("stderr pipe", err)
 		}
 	}
-	cfgR, cfgW, err := files.pipe()
-	if err != nil {
-		return nil, internal("config pipe", err)
-	}
-	failR, failW, err := files.pipe()
-	if err != nil {
-		return nil, internal("status pipe", err)
-	}
-	childFds := []*os.File{stdinR, outW, errW, cfgR, failW}
-	if terminal {
-		childFds = append(childFds, consoleChild)
-	}
+	stdio := []*os.File{stdinR, outW, errW}
+	files.child = append(files.child, stdio...)
+	var cgroupDir *os.File
 	if cgroup != "" {
-		// Joined by the init itself (initConfig.CgroupFd).
-		f, err := os.Open(cgroup)
-		if err != nil {
+		if cgroupDir, err = os.Open(cgroup); err != nil {
 			return nil, internal("open the container's cgroup", err)
 		}
-		cfg.CgroupFd = len(childFds)
-		childFds = append(childFds, f)
+		files.child = append(files.child, cgroupDir)
 	}
-	files.child = childFds
-
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, internal("encode config", err)
-	}
-	// Far below a pipe's capacity, so this cannot block before the child
-	// runs.
-	if _, err := cfgW.Write(b); err != nil {
-		return nil, internal("write config", err)
-	}
-	cfgW.Close()
-
-	attr := &os.ProcAttr{
-		Env:   []string{},
-		Files: childFds,
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	}
-	if targetPid == 0 {
-		attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
+	direct := targetPid != 0 && canExecDirectly(cfg)
+	var attr *os.ProcAttr
+	var failR *os.File
+	if !direct {
+		if attr, failR, err = initChild(&files, cfg, stdio, consoleChild, cgroupDir); err != nil {
+			return nil, internal("start the init", err)
+		}
+		if targetPid == 0 {
+			attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
+		}
 	}
 
 	p := &process{
@@ -381,13 +362,19 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		exited:  make(chan struct{}),
 		release: func() {},
 		ownUTS:  targetPid == 0,
+		direct:  direct,
 	}
 
 	a.pmu.Lock()
 	var proc *os.Process
-	if targetPid == 0 {
+	switch {
+	case direct:
+		proc, err = inNamespacesOf(targetPid, func() (*os.Process, error) {
+			return execDirectly(cfg, stdio, cgroupDir)
+		})
+	case targetPid == 0:
 		proc, err = os.StartProcess(a.opts.Exe, []string{initArg0}, attr)
-	} else {
+	default:
 		proc, err = startInNamespaces(a.opts.Exe, attr, targetPid)
 	}
 	if err == nil {
@@ -396,6 +383,9 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		a.byPid[proc.Pid] = p
 	}
 	a.pmu.Unlock()
+	if ae := (*agentError)(nil); errors.As(err, &ae) {
+		return nil, ae
+	}
 	if err != nil {
 		return nil, internal("run agent child", err)
 	}
@@ -404,10 +394,14 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	}
 	files.child = nil
 
-	// The status pipe is close-on-exec in the child: EOF with no data means
-	// the user's program is running.
-	msg, err := io.ReadAll(failR)
-	failR.Close()
+	// The init's status pipe is close-on-exec in the child: EOF with no
+	// data means the user's program is running. A direct exec has
+	// already run it.
+	var msg []byte
+	if failR != nil {
+		msg, err = io.ReadAll(failR)
+		failR.Close()
+	}
 	if err != nil || len(msg) > 0 {
 		// The child exits right after reporting; wait so the pid is reaped.
 		<-p.exited
@@ -460,4 +454,42 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		}
 	}
 	return p, nil
+}
+
+// initChild prepares the start of the agent's re-executed init (Reexec):
+// its configuration, written ahead into a pipe, and its status pipe, whose
+// read end it returns. The child's descriptors are stdio, the
+// configuration, the status, then the console socket and the cgroup
+// directory when there are.
+func initChild(files *childFiles, cfg initConfig, stdio []*os.File, console, cgroupDir *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
+	cfgR, cfgW, err := files.pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("config pipe: %w", err)
+	}
+	failR, failW, err := files.pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("status pipe: %w", err)
+	}
+	files.child = append(files.child, cfgR, failW)
+	childFds := append(append([]*os.File(nil), stdio...), cfgR, failW)
+	if console != nil {
+		files.child = append(files.child, console)
+		childFds = append(childFds, console)
+	}
+	if cgroupDir != nil {
+		// Joined by the init itself (initConfig.CgroupFd).
+		cfg.CgroupFd = len(childFds)
+		childFds = append(childFds, cgroupDir)
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode config: %w", err)
+	}
+	// Far below a pipe's capacity, so this cannot block before the child
+	// runs.
+	if _, err := cfgW.Write(b); err != nil {
+		return nil, nil, fmt.Errorf("write config: %w", err)
+	}
+	cfgW.Close()
+	return &os.ProcAttr{Env: []string{}, Files: childFds, Sys: &syscall.SysProcAttr{Setsid: true}}, failR, nil
 }

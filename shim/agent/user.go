@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // execUser is who a container process runs as.
@@ -186,4 +188,29 @@ func openOptional(path string) (io.ReadCloser, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// lookupUser resolves a --user value against the container's files, under
+// the calling thread's root.
+func lookupUser(spec string) (execUser, error) {
+	passwd, err := openOptional("/etc/passwd")
+	if err != nil {
+		return execUser{}, err
+	}
+	group, err := openOptional("/etc/group")
+	if err != nil {
+		return execUser{}, err
+	}
+	u, err := resolveUser(spec, passwd, group)
+	if passwd != nil {
+		passwd.Close()
+	}
+	if group != nil {
+		group.Close()
+	}
+	var ue *userError
+	if errors.As(err, &ue) {
+		return u, &agentError{proto.KindUser, ue.msg}
+	}
+	return u, err
 }

@@ -95,10 +95,11 @@ func (a *Agent) warm(ctx context.Context, spec proto.WarmSpec) (err error) {
 
 // isStatic tells whether the ELF file at path has no program interpreter.
 // It reads the program headers itself rather than through debug/elf, which
-// would link debug/dwarf and compress/zlib into the agent: every process
-// the agent starts is the agent's binary re-executed, and under TCG the
-// package initialisers of those (debug/dwarf's alone ~250 translation
-// blocks) cost each container started from a template their translation.
+// would link debug/dwarf and compress/zlib into the agent: every main
+// process the agent starts is the agent's binary re-executed, and under
+// TCG the package initialisers of those (debug/dwarf's alone ~250
+// translation blocks) cost each container started from a template their
+// translation.
 func isStatic(path string) (bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
