@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -155,14 +156,7 @@ func (b *syncBuffer) String() string {
 
 // hasLine says whether a line holds all of parts.
 func (b *syncBuffer) hasLine(parts ...string) bool {
-	for _, line := range strings.Split(b.String(), "\n") {
-		all := true
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(strings.Split(b.String(), "\n"), func(line string) bool {
+		return !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) })
+	})
 }
