@@ -33,31 +33,33 @@ import (
 // per thread (the thread's filesystem attributes are unshared), and the
 // thread is thrown away afterwards. The rest is what Go's fork does in
 // the child: the cgroup (clone3's CLONE_INTO_CGROUP), the session and the
-// user's ids. Resource limits are per process, so an exec with any goes
-// through the init; so does one with a terminal, which the init opens in
-// the container's devpts.
+// user's ids, and for a terminal (opened here, in the container's devpts)
+// the controlling terminal. Resource limits are per process, so an exec
+// with any goes through the init.
 
 // canExecDirectly says whether the process cfg describes, an exec
 // (cfg.Process.ExecOf) into a running container, can be started directly.
 func canExecDirectly(cfg initConfig) bool {
-	return cfg.Process.ExecOf != "" && !cfg.Process.Terminal && len(cfg.Process.Rlimits) == 0 &&
+	return cfg.Process.ExecOf != "" && len(cfg.Process.Rlimits) == 0 &&
 		!cfg.Mounts && cfg.InitBinary == "" && cfg.Exe == "" && !cfg.NoExec
 }
 
 // execDirectly starts cfg's program with stdio as its standard streams, in
 // the cgroup whose directory is open as cgroup (when not nil). It must run
-// on a locked thread of its own inside the container's namespaces.
-func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Process, error) {
+// on a locked thread of its own inside the container's namespaces. A
+// program with a terminal gets one opened in the container's devpts as its
+// stdio and controlling terminal instead, and its master side is returned.
+func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (_ *os.Process, master *os.File, err error) {
 	spec := cfg.Process
 	if err := unix.Chroot(cfg.Root); err != nil {
-		return nil, fmt.Errorf("chroot %s: %w", cfg.Root, err)
+		return nil, nil, fmt.Errorf("chroot %s: %w", cfg.Root, err)
 	}
 	if err := unix.Chdir("/"); err != nil {
-		return nil, fmt.Errorf("chdir /: %w", err)
+		return nil, nil, fmt.Errorf("chdir /: %w", err)
 	}
 	u, err := lookupUser(spec.User)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	env := containerEnv(spec.Env, u.Home, cfg.Hostname)
 	cwd := spec.Cwd
@@ -65,7 +67,7 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Proces
 		cwd = "/"
 	}
 	if err := boundCapabilities(spec.Capabilities); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The working directory and the program are checked as the user, as
 	// the init checks them after its setuid: with the thread's file-system
@@ -81,7 +83,7 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Proces
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	groups := make([]uint32, len(u.Groups))
 	for i, g := range u.Groups {
@@ -94,15 +96,29 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Proces
 	if cgroup != nil {
 		sys.UseCgroupFD, sys.CgroupFD = true, int(cgroup.Fd())
 	}
+	if spec.Terminal {
+		var slave *os.File
+		if master, slave, err = openTerminal(spec.ConsoleSize, u.UID); err != nil {
+			return nil, nil, err
+		}
+		defer slave.Close()
+		defer func() {
+			if err != nil {
+				master.Close()
+			}
+		}()
+		stdio = []*os.File{slave, slave, slave}
+		sys.Setctty, sys.Ctty = true, 0
+	}
 	p, err := os.StartProcess(path, spec.Args, &os.ProcAttr{Env: env, Files: stdio, Sys: sys})
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, execError(path, err)
+		return nil, nil, execError(path, err)
 	}
-	return p, nil
+	return p, master, nil
 }
 
 // withFileCredentials runs check with the calling thread's file-system

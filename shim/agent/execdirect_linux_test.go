@@ -21,10 +21,10 @@ import (
 	"github.com/husk-vm/husk/shim/proto"
 )
 
-// An exec is started directly by the agent unless it has resource limits
-// or a terminal, when the re-executed init starts it. Both ways give the
-// program the same user, groups, capabilities, working directory and
-// environment, and refuse the same things with the same errors: each case
+// An exec is started directly by the agent unless it has resource limits,
+// when the re-executed init starts it. Both ways give the program the same
+// user, groups, capabilities, working directory, environment and terminal,
+// and refuse the same things with the same errors: each case
 // runs both ways (a nofile limit equal to the agent's own sends it through
 // the init) and must give what it wants each time.
 func TestExecDirectMatchesInit(t *testing.T) {
@@ -100,6 +100,11 @@ func TestExecDirectMatchesInit(t *testing.T) {
 			kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`},
 		{name: "not executable", spec: proto.ProcessSpec{Args: []string{"/etc/notexec"}},
 			kind: proto.KindPermission, msg: `exec: "/etc/notexec": permission denied`},
+		{name: "terminal", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "tty | grep -q '^/dev/pts/' && echo pts; [ -O $(tty) ] && echo owner; stty size; id -u"},
+			User: "app", Terminal: true, ConsoleSize: &proto.WindowSize{Rows: 33, Cols: 77}},
+			stdout: "pts\r\nowner\r\n33 77\r\n1000\r\n"},
+		{name: "terminal, command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}, Terminal: true},
+			kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`},
 	}
 	n := 0
 	for _, tt := range tests {

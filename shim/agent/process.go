@@ -299,10 +299,14 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	}
 
 	terminal := cfg.Process.Terminal
+	direct := targetPid != 0 && canExecDirectly(cfg)
 	var stdinR, stdinW, outR, outW, errR, errW *os.File
 	var consoleParent, consoleChild *os.File
 	var err error
-	if terminal {
+	switch {
+	case terminal && direct:
+		// execDirectly opens the terminal.
+	case terminal:
 		// The child replaces its stdio with the terminal it opens.
 		null, err := os.Open(os.DevNull)
 		if err != nil {
@@ -316,7 +320,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		}
 		consoleParent, consoleChild = os.NewFile(uintptr(fds[0]), "console"), os.NewFile(uintptr(fds[1]), "console")
 		files.parent = append(files.parent, consoleParent, consoleChild)
-	} else {
+	default:
 		if cfg.Process.Stdin {
 			if stdinR, stdinW, err = files.pipe(); err != nil {
 				return nil, internal("stdin pipe", err)
@@ -342,7 +346,6 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		}
 		files.child = append(files.child, cgroupDir)
 	}
-	direct := targetPid != 0 && canExecDirectly(cfg)
 	var attr *os.ProcAttr
 	var failR *os.File
 	if !direct {
@@ -367,10 +370,12 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 
 	a.pmu.Lock()
 	var proc *os.Process
+	var master *os.File // a direct exec's terminal
 	switch {
 	case direct:
-		proc, err = inNamespacesOf(targetPid, func() (*os.Process, error) {
-			return execDirectly(cfg, stdio, cgroupDir)
+		proc, err = inNamespacesOf(targetPid, func() (p *os.Process, err error) {
+			p, master, err = execDirectly(cfg, stdio, cgroupDir)
+			return p, err
 		})
 	case targetPid == 0:
 		proc, err = os.StartProcess(a.opts.Exe, []string{initArg0}, attr)
@@ -420,11 +425,13 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		return nil, &agentError{f.Kind, f.Message}
 	}
 	if terminal {
-		master, err := receiveTerminal(consoleParent)
-		consoleParent.Close()
-		if err != nil {
-			_ = p.signal(syscall.SIGKILL)
-			return nil, internal("terminal", err)
+		if master == nil {
+			master, err = receiveTerminal(consoleParent)
+			consoleParent.Close()
+			if err != nil {
+				_ = p.signal(syscall.SIGKILL)
+				return nil, internal("terminal", err)
+			}
 		}
 		if cfg.Process.Stdin {
 			if stdinW, err = dupFile(master); err != nil {

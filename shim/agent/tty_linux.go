@@ -26,21 +26,12 @@ const consoleFd = 5
 func setupTerminal(size *proto.WindowSize, uid int) error {
 	sock := os.NewFile(consoleFd, "console-socket")
 	defer sock.Close()
-	master, slave, err := pty.Open()
+	master, slave, err := openTerminal(size, uid)
 	if err != nil {
-		return fmt.Errorf("open a terminal in the container's /dev/pts: %w", err)
+		return err
 	}
 	defer master.Close()
 	defer slave.Close()
-	if size != nil && size.Rows > 0 && size.Cols > 0 {
-		if err := pty.Setsize(master, &pty.Winsize{Rows: size.Rows, Cols: size.Cols}); err != nil {
-			return fmt.Errorf("set terminal size: %w", err)
-		}
-	}
-	// The user owns their terminal, as runc arranges; the group stays tty.
-	if err := slave.Chown(uid, -1); err != nil {
-		return fmt.Errorf("chown terminal: %w", err)
-	}
 	rights := unix.UnixRights(int(master.Fd()))
 	if err := unix.Sendmsg(int(sock.Fd()), []byte{0}, rights, nil, 0); err != nil {
 		return fmt.Errorf("send terminal to the agent: %w", err)
@@ -55,6 +46,31 @@ func setupTerminal(size *proto.WindowSize, uid int) error {
 		return fmt.Errorf("make the terminal controlling: %w", err)
 	}
 	return nil
+}
+
+// openTerminal opens a pseudo-terminal in the devpts instance under the
+// caller's root (/dev/ptmx) of size and owned by uid, as runc arranges (the
+// group stays tty).
+func openTerminal(size *proto.WindowSize, uid int) (master, slave *os.File, err error) {
+	master, slave, err = pty.Open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open a terminal in the container's /dev/pts: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			master.Close()
+			slave.Close()
+		}
+	}()
+	if size != nil && size.Rows > 0 && size.Cols > 0 {
+		if err := pty.Setsize(master, &pty.Winsize{Rows: size.Rows, Cols: size.Cols}); err != nil {
+			return nil, nil, fmt.Errorf("set terminal size: %w", err)
+		}
+	}
+	if err := slave.Chown(uid, -1); err != nil {
+		return nil, nil, fmt.Errorf("chown terminal: %w", err)
+	}
+	return master, slave, nil
 }
 
 // receiveTerminal reads the master side a child sent with setupTerminal.
