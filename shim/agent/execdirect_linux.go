@@ -49,7 +49,7 @@ func canExecDirectly(cfg initConfig) bool {
 // on a locked thread of its own inside the container's namespaces. A
 // program with a terminal gets one opened in the container's devpts as its
 // stdio and controlling terminal instead, and its master side is returned.
-func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (_ *os.Process, master *os.File, err error) {
+func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Process, *os.File, error) {
 	spec := cfg.Process
 	if err := unix.Chroot(cfg.Root); err != nil {
 		return nil, nil, fmt.Errorf("chroot %s: %w", cfg.Root, err)
@@ -85,33 +85,28 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (_ *os.Proc
 	if err != nil {
 		return nil, nil, err
 	}
-	groups := make([]uint32, len(u.Groups))
-	for i, g := range u.Groups {
-		groups[i] = uint32(g)
-	}
 	sys := &syscall.SysProcAttr{
 		Setsid:     true,
-		Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: groups},
+		Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: uint32s(u.Groups)},
 	}
 	if cgroup != nil {
 		sys.UseCgroupFD, sys.CgroupFD = true, int(cgroup.Fd())
 	}
+	var master *os.File
 	if spec.Terminal {
-		var slave *os.File
-		if master, slave, err = openTerminal(spec.ConsoleSize, u.UID); err != nil {
+		m, slave, err := openTerminal(spec.ConsoleSize, u.UID)
+		if err != nil {
 			return nil, nil, err
 		}
 		defer slave.Close()
-		defer func() {
-			if err != nil {
-				master.Close()
-			}
-		}()
-		stdio = []*os.File{slave, slave, slave}
+		master, stdio = m, []*os.File{slave, slave, slave}
 		sys.Setctty, sys.Ctty = true, 0
 	}
 	p, err := os.StartProcess(path, spec.Args, &os.ProcAttr{Env: env, Files: stdio, Sys: sys})
 	if err != nil {
+		if master != nil {
+			master.Close()
+		}
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
@@ -119,6 +114,15 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (_ *os.Proc
 		return nil, nil, execError(path, err)
 	}
 	return p, master, nil
+}
+
+// uint32s converts ids for the kernel's and syscall's types.
+func uint32s(ids []int) []uint32 {
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	return out
 }
 
 // withFileCredentials runs check with the calling thread's file-system
@@ -161,10 +165,7 @@ func withFileCredentials(u execUser, check func() error) (err error) {
 
 // threadSetgroups sets the calling thread's supplementary groups.
 func threadSetgroups(groups []int) error {
-	list := make([]uint32, len(groups))
-	for i, g := range groups {
-		list[i] = uint32(g)
-	}
+	list := uint32s(groups)
 	var p unsafe.Pointer
 	if len(list) > 0 {
 		p = unsafe.Pointer(&list[0])

@@ -51,26 +51,25 @@ func setupTerminal(size *proto.WindowSize, uid int) error {
 // openTerminal opens a pseudo-terminal in the devpts instance under the
 // caller's root (/dev/ptmx) of size and owned by uid, as runc arranges (the
 // group stays tty).
-func openTerminal(size *proto.WindowSize, uid int) (master, slave *os.File, err error) {
-	master, slave, err = pty.Open()
+func openTerminal(size *proto.WindowSize, uid int) (master, slave *os.File, _ error) {
+	m, s, err := pty.Open()
 	if err != nil {
 		return nil, nil, fmt.Errorf("open a terminal in the container's /dev/pts: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			master.Close()
-			slave.Close()
-		}
-	}()
+	fail := func(err error) (*os.File, *os.File, error) {
+		m.Close()
+		s.Close()
+		return nil, nil, err
+	}
 	if size != nil && size.Rows > 0 && size.Cols > 0 {
-		if err := pty.Setsize(master, &pty.Winsize{Rows: size.Rows, Cols: size.Cols}); err != nil {
-			return nil, nil, fmt.Errorf("set terminal size: %w", err)
+		if err := pty.Setsize(m, &pty.Winsize{Rows: size.Rows, Cols: size.Cols}); err != nil {
+			return fail(fmt.Errorf("set terminal size: %w", err))
 		}
 	}
-	if err := slave.Chown(uid, -1); err != nil {
-		return nil, nil, fmt.Errorf("chown terminal: %w", err)
+	if err := s.Chown(uid, -1); err != nil {
+		return fail(fmt.Errorf("chown terminal: %w", err))
 	}
-	return master, slave, nil
+	return m, s, nil
 }
 
 // receiveTerminal reads the master side a child sent with setupTerminal.
