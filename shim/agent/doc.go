@@ -16,8 +16,9 @@
 // guest's own, which the guest gives the container alone. Most execs skip
 // the re-executed child: the agent starts the program itself from the
 // thread that joined the namespaces (execdirect_linux.go); one with
-// resource limits goes through the child. Archive operations (docker cp) see the container root with its
-// volumes but, as with dockerd, not its tmpfs mounts.
+// resource limits goes through the child. Archive operations (docker cp)
+// see the container root with its volumes but, as with dockerd, not its
+// tmpfs mounts.
 //
 // Hand-rolled parts: /etc/passwd and /etc/group resolution follows runc's
 // rules (github.com/moby/sys/user) but is a few dozen lines here so the

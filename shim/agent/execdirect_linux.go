@@ -51,20 +51,9 @@ func canExecDirectly(cfg initConfig) bool {
 // stdio and controlling terminal instead, and its master side is returned.
 func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Process, *os.File, error) {
 	spec := cfg.Process
-	if err := unix.Chroot(cfg.Root); err != nil {
-		return nil, nil, fmt.Errorf("chroot %s: %w", cfg.Root, err)
-	}
-	if err := unix.Chdir("/"); err != nil {
-		return nil, nil, fmt.Errorf("chdir /: %w", err)
-	}
-	u, err := lookupUser(spec.User)
+	u, env, cwd, err := enterRoot(cfg)
 	if err != nil {
 		return nil, nil, err
-	}
-	env := containerEnv(spec.Env, u.Home, cfg.Hostname)
-	cwd := spec.Cwd
-	if cwd == "" {
-		cwd = "/"
 	}
 	if err := boundCapabilities(spec.Capabilities); err != nil {
 		return nil, nil, err

@@ -24,9 +24,9 @@ import (
 // An exec is started directly by the agent unless it has resource limits,
 // when the re-executed init starts it. Both ways give the program the same
 // user, groups, capabilities, working directory, environment and terminal,
-// and refuse the same things with the same errors: each case
-// runs both ways (a nofile limit equal to the agent's own sends it through
-// the init) and must give what it wants each time.
+// and refuse the same things with the same errors: each case runs both
+// ways (a nofile limit equal to the agent's own sends it through the init)
+// and must give what it wants each time.
 func TestExecDirectMatchesInit(t *testing.T) {
 	var log syncBuffer
 	root := makeRoot(t)

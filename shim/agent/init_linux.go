@@ -114,22 +114,9 @@ func containerInit() error {
 		defer f.Close()
 		initBinary = f
 	}
-	if err := unix.Chroot(cfg.Root); err != nil {
-		return fmt.Errorf("chroot %s: %w", cfg.Root, err)
-	}
-	if err := os.Chdir("/"); err != nil {
-		return fmt.Errorf("chdir /: %w", err)
-	}
-
-	u, err := lookupUser(spec.User)
+	u, env, cwd, err := enterRoot(cfg)
 	if err != nil {
 		return err
-	}
-
-	env := containerEnv(spec.Env, u.Home, cfg.Hostname)
-	cwd := spec.Cwd
-	if cwd == "" {
-		cwd = "/"
 	}
 	// Docker creates a missing working directory, owned by root, for a
 	// container's main process; an exec into a missing one fails (runc).
@@ -198,6 +185,28 @@ func containerInit() error {
 		env = append(env, cgroupFdEnv+"="+strconv.Itoa(cfg.CgroupFd))
 	}
 	return execError(path, unix.Exec(path, spec.Args, env))
+}
+
+// enterRoot chroots the caller (the init, or the thread of a direct exec)
+// into the container's root and works out who the process runs as, its
+// environment and its working directory.
+func enterRoot(cfg initConfig) (_ execUser, env []string, cwd string, _ error) {
+	if err := unix.Chroot(cfg.Root); err != nil {
+		return execUser{}, nil, "", fmt.Errorf("chroot %s: %w", cfg.Root, err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return execUser{}, nil, "", fmt.Errorf("chdir /: %w", err)
+	}
+	spec := cfg.Process
+	u, err := lookupUser(spec.User)
+	if err != nil {
+		return execUser{}, nil, "", err
+	}
+	cwd = spec.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	return u, containerEnv(spec.Env, u.Home, cfg.Hostname), cwd, nil
 }
 
 // cwdError is the failure to enter the working directory cwd, in runc's
