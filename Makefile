@@ -6,8 +6,10 @@ GO       ?= go
 BIN      := bin
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
-# What huskd needs to run containers.
-RUN_PKGS  := qemu-system-x86 linux-image-cloud-amd64 e2fsprogs iproute2
+# What huskd needs to run containers; musl-tools builds the guest's C init
+# (shim/agent/cinit) as a small static program.
+RUN_PKGS  := qemu-system-x86 linux-image-cloud-amd64 e2fsprogs iproute2 musl-tools
+MUSL_CC  ?= musl-gcc
 # What the tests need beyond that: a real registry, busybox for test images,
 # docker-py and dockerode (real SDKs in the e2e suite), and Debian's dockerd,
 # the reference the differential test compares huskd with.
@@ -20,6 +22,8 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/husk-agent ./cmd/husk-agent
+	@mkdir -p $(BIN)
+	$(MUSL_CC) -static -Os -Wall -Wextra -Werror -o $(BIN)/husk-init shim/agent/cinit/init.c
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/huskd ./cmd/huskd
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/husk ./cmd/husk
 

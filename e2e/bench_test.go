@@ -99,7 +99,7 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	if err != nil {
 		t.Fatal(err)
 	}
-	initramfs, err := kernel.BuildInitramfs(ctx, k, filepath.Join(binDir, "husk-agent"), t.TempDir())
+	initramfs, err := kernel.BuildInitramfs(ctx, k, filepath.Join(binDir, "husk-agent"), filepath.Join(binDir, "husk-init"), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 		if err != nil {
 			t.Fatalf("%s=%s: %v", benchMinKernelEnv, p, err)
 		}
-		mi, err := kernel.BuildInitramfs(ctx, mk, filepath.Join(binDir, "husk-agent"), t.TempDir())
+		mi, err := kernel.BuildInitramfs(ctx, mk, filepath.Join(binDir, "husk-agent"), filepath.Join(binDir, "husk-init"), t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,17 +48,25 @@ const compressInitramfs = false
 const cacheFormat = "husk-initramfs-3"
 
 // BuildInitramfs returns the path of an initramfs for k with the agent at
-// agentPath as /init and GuestModules(k) under /husk/modules. Results are
-// cached in cacheDir by content: the same agent bytes and the same module
-// files give the same file, which is built only when either changes.
+// agentPath as /init, the C init at initPath (none when "") as
+// proto.ContainerInitPath, and GuestModules(k) under /husk/modules.
+// Results are cached in cacheDir by content: the same agent and init bytes
+// and the same module files give the same file, which is built only when
+// any changes.
 // Files of older builds are left in cacheDir; PruneInitramfs removes
 // them.
-func BuildInitramfs(ctx context.Context, k Kernel, agentPath, cacheDir string) (string, error) {
+func BuildInitramfs(ctx context.Context, k Kernel, agentPath, initPath, cacheDir string) (string, error) {
 	mods, err := GuestModules(k)
 	if err != nil {
 		return "", err
 	}
-	return buildInitramfs(ctx, agentPath, mods, cacheDir, compressInitramfs)
+	return buildInitramfs(ctx, guestBinaries{agentPath, initPath}, mods, cacheDir, compressInitramfs)
+}
+
+// guestBinaries are the initramfs's programs: the agent, and the C init
+// ("" for none).
+type guestBinaries struct {
+	agent, init string
 }
 
 // PruneInitramfs removes from cacheDir every archive BuildInitramfs wrote
@@ -76,8 +84,8 @@ func PruneInitramfs(cacheDir string, keep ...string) error {
 	return nil
 }
 
-func buildInitramfs(ctx context.Context, agentPath string, mods []Module, cacheDir string, compress bool) (string, error) {
-	key, err := initramfsKey(ctx, agentPath, mods, compress)
+func buildInitramfs(ctx context.Context, bins guestBinaries, mods []Module, cacheDir string, compress bool) (string, error) {
+	key, err := initramfsKey(ctx, bins, mods, compress)
 	if err != nil {
 		return "", err
 	}
@@ -90,7 +98,7 @@ func buildInitramfs(ctx context.Context, agentPath string, mods []Module, cacheD
 		return dst, nil
 	}
 	err = installCacheFile(cacheDir, dst, ".initramfs-*.tmp", func(f *os.File) error {
-		return writeInitramfs(ctx, f, agentPath, mods, compress)
+		return writeInitramfs(ctx, f, bins, mods, compress)
 	})
 	if err != nil {
 		return "", fmt.Errorf("write initramfs: %w", err)
@@ -144,11 +152,17 @@ func syncDir(dir string) error {
 }
 
 // initramfsKey hashes everything the archive is made of.
-func initramfsKey(ctx context.Context, agentPath string, mods []Module, compress bool) (string, error) {
+func initramfsKey(ctx context.Context, bins guestBinaries, mods []Module, compress bool) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s compress=%t\n", cacheFormat, compress)
-	if err := hashFile(h, agentPath); err != nil {
+	if err := hashFile(h, bins.agent); err != nil {
 		return "", fmt.Errorf("hash agent: %w", err)
+	}
+	if bins.init != "" {
+		fmt.Fprintf(h, "\ncontainer init\n")
+		if err := hashFile(h, bins.init); err != nil {
+			return "", fmt.Errorf("hash container init: %w", err)
+		}
 	}
 	for _, m := range mods {
 		if err := ctx.Err(); err != nil {
@@ -173,7 +187,7 @@ func hashFile(h hash.Hash, path string) error {
 	return err
 }
 
-func writeInitramfs(ctx context.Context, out io.Writer, agentPath string, mods []Module, compress bool) error {
+func writeInitramfs(ctx context.Context, out io.Writer, bins guestBinaries, mods []Module, compress bool) error {
 	bw := bufio.NewWriterSize(out, 1<<20)
 	w := io.Writer(bw)
 	var gz *gzip.Writer
@@ -192,8 +206,13 @@ func writeInitramfs(ctx context.Context, out io.Writer, agentPath string, mods [
 			return fmt.Errorf("add %s: %w", d, err)
 		}
 	}
-	if err := addFile(cw, strings.TrimPrefix(InitPath, "/"), agentPath, 0o755); err != nil {
+	if err := addFile(cw, strings.TrimPrefix(InitPath, "/"), bins.agent, 0o755); err != nil {
 		return fmt.Errorf("add agent: %w", err)
+	}
+	if bins.init != "" {
+		if err := addFile(cw, strings.TrimPrefix(proto.ContainerInitPath, "/"), bins.init, 0o755); err != nil {
+			return fmt.Errorf("add container init: %w", err)
+		}
 	}
 	if err := addInitLayer(cw); err != nil {
 		return err

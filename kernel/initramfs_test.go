@@ -119,7 +119,7 @@ func TestInitramfsContent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path, err := buildInitramfs(context.Background(), agent, mods, t.TempDir(), compress)
+			path, err := buildInitramfs(context.Background(), guestBinaries{agent: agent}, mods, t.TempDir(), compress)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +219,7 @@ func TestInitramfsCache(t *testing.T) {
 	if err := os.WriteFile(agent, []byte("agent v1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	first, err := BuildInitramfs(ctx, k, agent, cache)
+	first, err := BuildInitramfs(ctx, k, agent, "", cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestInitramfsCache(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	again, err := BuildInitramfs(ctx, k, agent, cache)
+	again, err := BuildInitramfs(ctx, k, agent, "", cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,14 +245,14 @@ func TestInitramfsCache(t *testing.T) {
 	if err := os.WriteFile(agentCopy, []byte("agent v1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := BuildInitramfs(ctx, k, agentCopy, cache); err != nil || p != first {
+	if p, err := BuildInitramfs(ctx, k, agentCopy, "", cache); err != nil || p != first {
 		t.Fatalf("same agent bytes elsewhere: %s, %v; want %s", p, err, first)
 	}
 
 	if err := os.WriteFile(agent, []byte("agent v2"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	second, err := BuildInitramfs(ctx, k, agent, cache)
+	second, err := BuildInitramfs(ctx, k, agent, "", cache)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,18 +260,41 @@ func TestInitramfsCache(t *testing.T) {
 		t.Fatal("new agent bytes gave the cached initramfs")
 	}
 
+	// The C init is part of the archive and of its key.
+	cinit := filepath.Join(t.TempDir(), "husk-init")
+	if err := os.WriteFile(cinit, []byte("init v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	withInit, err := BuildInitramfs(ctx, k, agent, cinit, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if withInit == second {
+		t.Fatal("adding the container init gave the cached initramfs")
+	}
+	entries, _ := readArchive(t, withInit)
+	if e := entries[strings.TrimPrefix(proto.ContainerInitPath, "/")]; string(e.data) != "init v1" || e.hdr.Mode.Perm() != 0o755 {
+		t.Errorf("container init in the archive: %q mode %v", e.data, e.hdr.Mode)
+	}
+	if err := os.WriteFile(cinit, []byte("init v2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := BuildInitramfs(ctx, k, agent, cinit, cache); err != nil || p == withInit {
+		t.Fatalf("new container init bytes: %s, %v; want a new archive", p, err)
+	}
+
 	mod := filepath.Join(k.ModulesDir, "kernel/drivers/block/virtio_blk.ko")
 	if err := os.WriteFile(mod, []byte("rebuilt module"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	third, err := BuildInitramfs(ctx, k, agent, cache)
+	third, err := BuildInitramfs(ctx, k, agent, "", cache)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if third == second || third == first {
 		t.Fatal("changed module gave a cached initramfs")
 	}
-	entries, _ := readArchive(t, third)
+	entries, _ = readArchive(t, third)
 	if string(entries["husk/modules/virtio_blk.ko"].data) != "rebuilt module" {
 		t.Error("rebuilt initramfs does not hold the changed module")
 	}
@@ -305,7 +328,7 @@ func TestInitramfsCache(t *testing.T) {
 func TestInitramfsMissingAgent(t *testing.T) {
 	k, _ := fakeModules(t)
 	cache := t.TempDir()
-	if _, err := BuildInitramfs(context.Background(), k, filepath.Join(cache, "nope"), cache); err == nil {
+	if _, err := BuildInitramfs(context.Background(), k, filepath.Join(cache, "nope"), "", cache); err == nil {
 		t.Fatal("built an initramfs without an agent")
 	}
 	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
@@ -321,7 +344,7 @@ func TestInitramfsHostKernel(t *testing.T) {
 	if err := os.WriteFile(agent, []byte("agent"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path, err := BuildInitramfs(context.Background(), k, agent, t.TempDir())
+	path, err := BuildInitramfs(context.Background(), k, agent, "", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

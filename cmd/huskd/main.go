@@ -91,7 +91,12 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	initramfs, err := kernel.BuildInitramfs(ctx, k, agent, filepath.Join(cfg.Root, "kernel"))
+	// The C init is built beside the agent (make build).
+	cinit := filepath.Join(filepath.Dir(agent), "husk-init")
+	if _, err := os.Stat(cinit); err != nil {
+		return fmt.Errorf("container init: husk-init not found beside %s; build it (make build): %w", agent, err)
+	}
+	initramfs, err := kernel.BuildInitramfs(ctx, k, agent, cinit, filepath.Join(cfg.Root, "kernel"))
 	if err != nil {
 		return fmt.Errorf("build initramfs: %w", err)
 	}

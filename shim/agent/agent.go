@@ -61,6 +61,10 @@ type Options struct {
 	// Exe is the binary re-executed as the container's init; it must call
 	// Reexec first thing in main. Default /proc/self/exe.
 	Exe string
+	// InitExe is the C init (cinit/init.c), which starts a container's
+	// main process where it can (cinit_linux.go); empty leaves every
+	// process to Exe.
+	InitExe string
 	// PowerOff ends the machine after OpShutdown has been answered. Nil
 	// means OpShutdown only stops processes and releases the root.
 	PowerOff func() error

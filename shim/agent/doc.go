@@ -5,12 +5,16 @@
 // processes, their buffered output and exit statuses live on across
 // sessions.
 //
-// Each container process is started through a re-execution of the agent
-// binary (see Reexec) in new PID, mount and UTS namespaces, so the user's
-// program is PID 1 of its namespace, as under Docker. That child mounts the
-// container's /proc, /sys and /dev privately, chroots into the root prepared
-// by Setup, resolves the user and execs the program; failures before the
-// exec come back over a close-on-exec pipe. A docker exec joins every
+// A container's main process is started through an init in new PID, mount
+// and UTS namespaces, so the user's program is PID 1 of its namespace, as
+// under Docker. That child mounts the container's /proc, /sys and /dev
+// privately, chroots into the root prepared by Setup, takes the user's
+// credentials and execs the program; failures before the exec come back
+// over a close-on-exec pipe. The init is a small C program that carries
+// out steps the agent works out (cinit_linux.go, cinit/init.c): a Go
+// init's runtime start cost every container started from a template tens
+// of milliseconds. A main process with a terminal or --init goes through a
+// re-execution of the agent binary instead (Reexec). A docker exec joins every
 // namespace of the main process instead (joinns_linux.go), so it sees the
 // container's mounts; the IPC, network and cgroup namespaces are the
 // guest's own, which the guest gives the container alone. Most execs skip
@@ -29,8 +33,8 @@
 // /sbin/docker-init where dockerd puts tini: it does what tini does by
 // default (run the command in its own process group, forward signals,
 // reap orphans, exit as the command did) in some sixty lines, where
-// shipping tini would add a second static binary to every initramfs and a
-// build dependency. Capabilities are bounded with prctl(PR_CAPBSET_DROP)
+// shipping tini would add another program to build and to carry in every
+// initramfs. Capabilities are bounded with prctl(PR_CAPBSET_DROP)
 // from a name table in package proto rather than through a capability
 // library: dropping the bounding set before execve is all runc's sets
 // need, as limits_linux.go explains.

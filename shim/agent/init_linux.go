@@ -38,16 +38,19 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // The child exists because Go cannot run code between fork and exec: the
 // user's program has to become PID 1 of a fresh PID namespace with its own
 // /proc, root, user and working directory, so a small init (this binary)
-// does that work and then replaces itself with the program.
+// does that work and then replaces itself with the program. Main
+// processes without a terminal or --init go through the C init instead
+// (cinit_linux.go); this one serves them and the execs the agent cannot
+// start itself (execdirect_linux.go).
 //
 // Why the init is started per process and not ahead of time: an init
 // started before the snapshot of a template and handed its descriptors
 // on OpStart was built and measured on the 2-core development host
 // (TCG, minimal kernel). From the end of the setup to the exec it took
 // 84-125 ms against 96-104 ms for the re-executed one, and `docker run
-// --rm` medians were 548 ms against 546 ms over 15 interleaved runs: the
-// Go runtime's start is a small share of the init; the kernel paths its
-// mounts and exec run for the first time after a restore are the rest.
+// --rm` medians were 548 ms against 546 ms over 15 interleaved runs. On
+// the Debian kernel the Go runtime's start later proved a large share of
+// the init after a restore, which the C init does without (cinit_linux.go).
 func Reexec() {
 	if len(os.Args) > 0 && os.Args[0] == archiveArg0 {
 		runArchiveHelper()
@@ -314,6 +317,64 @@ func envValue(env []string, key string) string {
 	return v
 }
 
+// rootMount is one of the kernel filesystems a container gets, at Target
+// under its root.
+type rootMount struct {
+	Target, FSType, Source string
+	Flags                  uintptr
+	Data                   string
+}
+
+// rootMounts are the kernel filesystems runc gives a container, in order.
+func rootMounts(cfg initConfig) []rootMount {
+	const (
+		nsd  = unix.MS_NOSUID | unix.MS_NODEV
+		nsde = nsd | unix.MS_NOEXEC
+	)
+	return []rootMount{
+		{"proc", "proc", "proc", nsde, ""},
+		{"sys", "sysfs", "sysfs", nsde | unix.MS_RDONLY, ""},
+		{"dev", "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
+		{"dev/pts", "devpts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
+		{"dev/shm", "tmpfs", "shm", nsde, shmData(cfg.ShmSize)},
+		{"dev/mqueue", "mqueue", "mqueue", nsde, ""},
+	}
+}
+
+// devNode is a character device runc puts in a container's /dev.
+type devNode struct {
+	Name         string
+	Major, Minor uint32
+}
+
+func devNodes() []devNode {
+	return []devNode{
+		{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7},
+		{"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
+	}
+}
+
+// devLinks are the symbolic links runc puts in a container's /dev: each
+// is {target, name}.
+func devLinks() [][2]string {
+	return [][2]string{
+		{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
+		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
+		{"pts/ptmx", "ptmx"}, {"/proc/kcore", "core"},
+	}
+}
+
+// deviceNodePath is where --device d goes under dev, the container's /dev.
+func deviceNodePath(dev string, d proto.Device) (string, error) {
+	// The host checked that d.Path is under /dev; this /dev is a tmpfs
+	// made above, holding nothing the image put there.
+	rel, ok := strings.CutPrefix(filepath.Clean(d.Path), "/dev/")
+	if !ok || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("create device %s: not under /dev", d.Path)
+	}
+	return filepath.Join(dev, rel), nil
+}
+
 // prepareRoot gives the container its own view of the kernel filesystems,
 // as runc does: it runs in the child's private mount namespace, so nothing
 // here is visible to the agent or outlives the container's PID namespace.
@@ -326,36 +387,19 @@ func prepareRoot(cfg initConfig) error {
 			return fmt.Errorf("set hostname: %w", err)
 		}
 	}
-	root := cfg.Root
-	const (
-		nsd  = unix.MS_NOSUID | unix.MS_NODEV
-		nsde = nsd | unix.MS_NOEXEC
-	)
-	mounts := []struct {
-		target, fstype, source string
-		flags                  uintptr
-		data                   string
-	}{
-		{"proc", "proc", "proc", nsde, ""},
-		{"sys", "sysfs", "sysfs", nsde | unix.MS_RDONLY, ""},
-		{"dev", "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
-		{"dev/pts", "devpts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
-		{"dev/shm", "tmpfs", "shm", nsde, shmData(cfg.ShmSize)},
-		{"dev/mqueue", "mqueue", "mqueue", nsde, ""},
-	}
-	for _, m := range mounts {
-		target := filepath.Join(root, m.target)
+	for _, m := range rootMounts(cfg) {
+		target := filepath.Join(cfg.Root, m.Target)
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return fmt.Errorf("create mount point %s: %w", target, err)
 		}
-		if err := unix.Mount(m.source, target, m.fstype, m.flags, m.data); err != nil {
-			return fmt.Errorf("mount %s on %s: %w", m.fstype, target, err)
+		if err := unix.Mount(m.Source, target, m.FSType, m.Flags, m.Data); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.FSType, target, err)
 		}
 	}
-	if err := populateDev(filepath.Join(root, "dev"), cfg.Devices); err != nil {
+	if err := populateDev(filepath.Join(cfg.Root, "dev"), cfg.Devices); err != nil {
 		return err
 	}
-	return bindEtcFiles(root, cfg.EtcDir, cfg.ReadOnly)
+	return bindEtcFiles(cfg.Root, cfg.EtcDir, cfg.ReadOnly)
 }
 
 // populateDev creates the device nodes and links runc puts in a
@@ -363,37 +407,22 @@ func prepareRoot(cfg initConfig) error {
 func populateDev(dev string, extra []proto.Device) error {
 	old := unix.Umask(0)
 	defer unix.Umask(old)
-	nodes := []struct {
-		name         string
-		major, minor uint32
-	}{
-		{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7},
-		{"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
-	}
-	for _, n := range nodes {
-		path := filepath.Join(dev, n.name)
-		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
+	for _, n := range devNodes() {
+		path := filepath.Join(dev, n.Name)
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(n.Major, n.Minor))); err != nil {
 			return fmt.Errorf("create %s: %w", path, err)
 		}
 	}
-	links := [][2]string{
-		{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
-		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
-		{"pts/ptmx", "ptmx"}, {"/proc/kcore", "core"},
-	}
-	for _, l := range links {
+	for _, l := range devLinks() {
 		if err := os.Symlink(l[0], filepath.Join(dev, l[1])); err != nil {
 			return fmt.Errorf("create /dev/%s: %w", l[1], err)
 		}
 	}
 	for _, d := range extra {
-		// The host checked that d.Path is under /dev; this /dev is a tmpfs
-		// made above, holding nothing the image put there.
-		rel, ok := strings.CutPrefix(filepath.Clean(d.Path), "/dev/")
-		if !ok || !filepath.IsLocal(rel) {
-			return fmt.Errorf("create device %s: not under /dev", d.Path)
+		path, err := deviceNodePath(dev, d)
+		if err != nil {
+			return err
 		}
-		path := filepath.Join(dev, rel)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return fmt.Errorf("create device %s: %w", d.Path, err)
 		}
@@ -410,19 +439,26 @@ func populateDev(dev string, extra []proto.Device) error {
 	return nil
 }
 
-// bindEtcFiles bind-mounts the agent's hostname, hosts and resolv.conf over
-// the container's. A guest root's init layer (proto.InitLayer) always has
-// them; elsewhere the mount-point files are created when missing, a root
-// without /etc gets nothing, and a symlink is left alone because its
+// etcBind is one of the agent's /etc files bound over the container's.
+type etcBind struct {
+	Src, Dst string
+	Create   bool // the mount point is missing: create it first
+}
+
+// etcBinds are the agent's hostname, hosts and resolv.conf files to bind
+// over the container's. A guest root's init layer (proto.InitLayer) always
+// has them; elsewhere the mount-point files are created when missing, a
+// root without /etc gets nothing, and a symlink is left alone because its
 // target would be resolved outside the container root.
-func bindEtcFiles(root, etcDir string, readOnly bool) error {
+func etcBinds(root, etcDir string) ([]etcBind, error) {
 	if etcDir == "" {
-		return nil
+		return nil, nil
 	}
 	etc := filepath.Join(root, "etc")
 	if st, err := os.Lstat(etc); err != nil || !st.IsDir() {
-		return nil
+		return nil, nil
 	}
+	var binds []etcBind
 	for _, name := range []string{"hostname", "hosts", "resolv.conf"} {
 		src := filepath.Join(etcDir, name)
 		if _, err := os.Stat(src); err != nil {
@@ -432,21 +468,35 @@ func bindEtcFiles(root, etcDir string, readOnly bool) error {
 		st, err := os.Lstat(dst)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+			binds = append(binds, etcBind{src, dst, true})
+		case err != nil:
+			return nil, fmt.Errorf("inspect %s: %w", dst, err)
+		case st.Mode().IsRegular():
+			binds = append(binds, etcBind{src, dst, false})
+		}
+	}
+	return binds, nil
+}
+
+// bindEtcFiles binds etcBinds(root, etcDir), read-only under readOnly.
+func bindEtcFiles(root, etcDir string, readOnly bool) error {
+	binds, err := etcBinds(root, etcDir)
+	if err != nil {
+		return err
+	}
+	for _, b := range binds {
+		if b.Create {
+			f, err := os.OpenFile(b.Dst, os.O_CREATE|os.O_WRONLY, 0o644)
 			if err != nil {
-				return fmt.Errorf("create mount point %s: %w", dst, err)
+				return fmt.Errorf("create mount point %s: %w", b.Dst, err)
 			}
 			f.Close()
-		case err != nil:
-			return fmt.Errorf("inspect %s: %w", dst, err)
-		case !st.Mode().IsRegular():
-			continue
 		}
-		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+		if err := unix.Mount(b.Src, b.Dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", b.Src, b.Dst, err)
 		}
 		if readOnly {
-			if err := remountReadOnly(dst); err != nil {
+			if err := remountReadOnly(b.Dst); err != nil {
 				return err
 			}
 		}

@@ -110,15 +110,30 @@ func applyRlimits(limits []proto.Rlimit) error {
 // makes a root process's permitted and effective sets its bounding set,
 // and leaves any other user's empty.
 func boundCapabilities(caps *proto.Capabilities) error {
+	drop, err := capabilitiesToDrop(caps)
+	if err != nil {
+		return err
+	}
+	for _, c := range drop {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// capabilitiesToDrop are the capabilities the kernel knows that caps does
+// not name; nil caps keeps them all.
+func capabilitiesToDrop(caps *proto.Capabilities) ([]int, error) {
 	if caps == nil {
-		return nil
+		return nil, nil
 	}
 	names := proto.CapabilityNames()
 	keep := map[int]bool{}
 	for _, n := range caps.Bounding {
 		i := slices.Index(names, n)
 		if i < 0 {
-			return &agentError{proto.KindInvalid, fmt.Sprintf("unknown capability %q", n)}
+			return nil, &agentError{proto.KindInvalid, fmt.Sprintf("unknown capability %q", n)}
 		}
 		keep[i] = true
 	}
@@ -130,15 +145,13 @@ func boundCapabilities(caps *proto.Capabilities) error {
 			last = n
 		}
 	}
+	var drop []int
 	for c := 0; c <= last; c++ {
-		if keep[c] {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		if !keep[c] {
+			drop = append(drop, c)
 		}
 	}
-	return nil
+	return drop, nil
 }
 
 // remountReadOnly makes the mount at path read-only in this mount

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -47,6 +48,8 @@ type process struct {
 	// direct: the agent started the program itself, without its init
 	// (canExecDirectly).
 	direct bool
+	// cinit: the C init started the program (canUseCInit).
+	cinit bool
 }
 
 // signal sends sig unless the process has already been reaped (its pid may
@@ -259,7 +262,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
 	}
 	a.procs[id] = p
-	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args, "direct", p.direct)
+	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args, "direct", p.direct, "cinit", p.cinit)
 	return p, nil
 }
 
@@ -339,22 +342,51 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	}
 	stdio := []*os.File{stdinR, outW, errW}
 	files.child = append(files.child, stdio...)
-	var cgroupDir *os.File
+	// The C init (cinit_linux.go) starts a main process where it can.
+	var cprog *cinitProgram
+	exe, arg0 := a.opts.Exe, initArg0
+	if targetPid == 0 && a.opts.InitExe != "" && canUseCInit(cfg) {
+		procsFd := 0
+		if cgroup != "" {
+			procsFd = len(stdio) + 2 // after the program and status pipes
+		}
+		if cprog, err = cinitFor(cfg, procsFd); err != nil {
+			if ae := (*agentError)(nil); errors.As(err, &ae) {
+				return nil, ae
+			}
+			return nil, &agentError{proto.KindInternal, err.Error()}
+		}
+		if cprog != nil {
+			exe, arg0 = a.opts.InitExe, cinitArg0
+		}
+	}
+	var cgroupFile *os.File
 	if cgroup != "" {
-		if cgroupDir, err = os.Open(cgroup); err != nil {
+		if cprog != nil {
+			cgroupFile, err = os.OpenFile(filepath.Join(cgroup, "cgroup.procs"), os.O_WRONLY, 0)
+		} else {
+			cgroupFile, err = os.Open(cgroup)
+		}
+		if err != nil {
 			return nil, internal("open the container's cgroup", err)
 		}
-		files.child = append(files.child, cgroupDir)
+		files.child = append(files.child, cgroupFile)
 	}
 	var attr *os.ProcAttr
 	var failR *os.File
-	if !direct {
-		if attr, failR, err = initChild(&files, cfg, stdio, consoleChild, cgroupDir); err != nil {
+	switch {
+	case direct:
+	case cprog != nil:
+		if attr, failR, err = cinitChild(&files, cprog, stdio, cgroupFile); err != nil {
 			return nil, internal("start the init", err)
 		}
-		if targetPid == 0 {
-			attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
+	default:
+		if attr, failR, err = initChild(&files, cfg, stdio, consoleChild, cgroupFile); err != nil {
+			return nil, internal("start the init", err)
 		}
+	}
+	if !direct && targetPid == 0 {
+		attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
 	}
 
 	p := &process{
@@ -366,6 +398,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		release: func() {},
 		ownUTS:  targetPid == 0,
 		direct:  direct,
+		cinit:   cprog != nil,
 	}
 
 	a.pmu.Lock()
@@ -374,11 +407,11 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	switch {
 	case direct:
 		proc, err = inNamespacesOf(targetPid, func() (p *os.Process, err error) {
-			p, master, err = execDirectly(cfg, stdio, cgroupDir)
+			p, master, err = execDirectly(cfg, stdio, cgroupFile)
 			return p, err
 		})
 	case targetPid == 0:
-		proc, err = os.StartProcess(a.opts.Exe, []string{initArg0}, attr)
+		proc, err = os.StartProcess(exe, []string{arg0}, attr)
 	default:
 		proc, err = startInNamespaces(a.opts.Exe, attr, targetPid)
 	}
@@ -418,6 +451,9 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		var f initFailure
 		if err != nil {
 			return nil, internal("read child status", err)
+		}
+		if cprog != nil {
+			return nil, cprog.failure(msg)
 		}
 		if jerr := json.Unmarshal(msg, &f); jerr != nil || f.Kind == "" {
 			return nil, internal("child failed", fmt.Errorf("%s", msg))

@@ -40,6 +40,10 @@ package proto
 // /sys/class/virtio-ports/*/name.
 const PortName = "husk.agent"
 
+// ContainerInitPath is where a guest's initramfs holds the C init the
+// agent starts containers' main processes with (shim/agent/cinit).
+const ContainerInitPath = "/husk/container-init"
+
 // VsockPort is the vsock port the agent listens on where vsock exists.
 const VsockPort = 1024
 

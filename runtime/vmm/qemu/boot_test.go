@@ -51,7 +51,7 @@ func needBoot(t *testing.T) bootEnv {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build test init: %v\n%s", err, out)
 	}
-	initrd, err := kernel.BuildInitramfs(context.Background(), k, init, filepath.Join(tmp, "cache"))
+	initrd, err := kernel.BuildInitramfs(context.Background(), k, init, "", filepath.Join(tmp, "cache"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,346 @@
+//go:build linux
+
+package agent
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// The C init (cinit/init.c, Options.InitExe) starts a container's main
+// process in place of the re-executed agent (Reexec).
+//
+// Why: the main process has to be PID 1 of a new PID namespace with that
+// namespace's /proc mounted, and only a process inside the namespace can
+// mount it, so some program must run between the fork and the user's
+// program; Go cannot run code there. Under TCG a VM restored from a
+// template starts with an empty translation cache, and the agent binary's
+// Go runtime and package initialisers then ran afresh in every init: on
+// the project's 2-core host, 81-154 ms from the exec to the init's main,
+// then 14-23 ms decoding its JSON configuration and ~30 ms for Go's
+// all-threads setgroups, setgid and setuid. A static musl program reached
+// main ~26 ms after its exec there, a minimal Go program 72-97 ms.
+//
+// The C program holds no policy: the agent works everything out here,
+// in Go — the user, environment and program path (on a thread chrooted
+// into the container's root, as the Go init does after its chroot), the
+// mounts, devices and /etc binds (the tables the Go init uses), the limits
+// and capabilities — and hands the init a list of operations to carry out.
+// When one fails, the init reports its index and errno, and the agent
+// words the error as the Go init does. A main process with a terminal or
+// --init, or whose working directory is not a directory yet, still goes
+// through the Go init, as does every exec the agent cannot start itself.
+
+// cinitArg0 is the C init's argv[0].
+const cinitArg0 = "husk-init"
+
+// Operation codes; keep in step with cinit/init.c.
+const (
+	cinitMkdirAll byte = iota + 1
+	cinitMount
+	cinitMknod
+	cinitSymlink
+	cinitRemove
+	cinitLchown
+	cinitSethostname
+	cinitCreate
+	cinitChroot
+	cinitChdir
+	cinitSetrlimit
+	cinitCapbsetDrop
+	cinitSetgroups
+	cinitSetgid
+	cinitSetuid
+	cinitWriteFd
+	cinitExec
+)
+
+// cinitProgram is the C init's encoded operations, and for each the error
+// that its failure with an errno stands for.
+type cinitProgram struct {
+	buf  []byte
+	errs []func(unix.Errno) error
+}
+
+// cinitArg is one encoded argument of an operation.
+type cinitArg func(*cinitProgram)
+
+// cstr, cnum, cstrs and cnums encode a string, a number, a string list and
+// a number list, as cinit/init.c reads them: numbers are 8 bytes, little
+// endian; a string is its length, its bytes and a NUL; a list is its
+// length and its items.
+func cstr(s string) cinitArg {
+	return func(p *cinitProgram) {
+		p.buf = binary.LittleEndian.AppendUint64(p.buf, uint64(len(s)))
+		p.buf = append(append(p.buf, s...), 0)
+	}
+}
+
+func cnum[N ~int | ~uint32 | ~uint64 | ~uintptr](n N) cinitArg {
+	return func(p *cinitProgram) { p.buf = binary.LittleEndian.AppendUint64(p.buf, uint64(n)) }
+}
+
+func cstrs(list []string) cinitArg {
+	return func(p *cinitProgram) {
+		cnum(len(list))(p)
+		for _, s := range list {
+			cstr(s)(p)
+		}
+	}
+}
+
+func cnums(list []int) cinitArg {
+	return func(p *cinitProgram) {
+		cnum(len(list))(p)
+		for _, n := range list {
+			cnum(n)(p)
+		}
+	}
+}
+
+// op appends an operation, and the error its failure stands for.
+func (p *cinitProgram) op(code byte, onErr func(unix.Errno) error, args ...cinitArg) {
+	p.buf = append(p.buf, code)
+	for _, a := range args {
+		a(p)
+	}
+	p.errs = append(p.errs, onErr)
+}
+
+// failure is the error the C init's status report ("<index> <errno>")
+// stands for.
+func (p *cinitProgram) failure(report []byte) *agentError {
+	var index uint64
+	var errno int
+	if _, err := fmt.Sscanf(string(report), "%d %d", &index, &errno); err != nil || index >= uint64(len(p.errs)) {
+		return &agentError{proto.KindInternal, fmt.Sprintf("container init failed: %q", report)}
+	}
+	err := p.errs[index](unix.Errno(errno))
+	var ae *agentError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return &agentError{proto.KindInternal, err.Error()}
+}
+
+// canUseCInit says whether the C init can start the process cfg describes:
+// a main process without a terminal or --init, whose strings the kernel
+// can take (the Go init fails on a NUL byte as exec does).
+func canUseCInit(cfg initConfig) bool {
+	spec := cfg.Process
+	if !cfg.Mounts || spec.Terminal || cfg.InitBinary != "" || cfg.Exe != "" || cfg.NoExec || spec.ExecOf != "" {
+		return false
+	}
+	for _, list := range [][]string{spec.Args, spec.Env, {cfg.Root, cfg.Hostname, spec.Cwd, spec.User}} {
+		for _, s := range list {
+			if strings.ContainsRune(s, 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// programInRoot is who runs a main process and how, as the init would work
+// it out after its chroot.
+type programInRoot struct {
+	user execUser
+	env  []string
+	cwd  string
+	// path is the program's file; pathErr is why it has none.
+	path    string
+	pathErr error
+	// cwdMissing says the working directory is not a directory yet: the
+	// Go init creates it, or fails to.
+	cwdMissing bool
+}
+
+// resolveInRoot works out programInRoot for cfg on a thread of its own
+// chrooted into the container's root, which is thrown away afterwards.
+// The program is looked up as the user, from the working directory.
+func resolveInRoot(cfg initConfig) (programInRoot, error) {
+	type result struct {
+		prog programInRoot
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread's root changes, and it ends with
+		// this goroutine.
+		var r programInRoot
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			ch <- result{err: fmt.Errorf("unshare filesystem attributes: %w", err)}
+			return
+		}
+		u, env, cwd, err := enterRoot(cfg)
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		r.user, r.env, r.cwd = u, env, cwd
+		err = withFileCredentials(u, func() error {
+			if err := unix.Chdir(cwd); err != nil {
+				r.cwdMissing = true
+				return nil
+			}
+			r.path, r.pathErr = lookPath(cfg.Process.Args[0], envValue(env, "PATH"))
+			return nil
+		})
+		ch <- result{r, err}
+	}()
+	res := <-ch
+	return res.prog, res.err
+}
+
+// cinitFor is the C init's program for cfg: the Go init's steps (Reexec),
+// in its order. procsFd is the init's descriptor of the container's
+// cgroup.procs, or 0. It returns nil, nil where the Go init must start the
+// process instead.
+func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
+	res, err := resolveInRoot(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if res.cwdMissing {
+		return nil, nil
+	}
+	spec := cfg.Process
+	for _, l := range spec.Rlimits {
+		if _, ok := rlimitResource(l.Type); !ok {
+			return nil, &agentError{proto.KindInvalid, fmt.Sprintf("invalid ulimit type: %s", l.Type)}
+		}
+	}
+	drop, err := capabilitiesToDrop(spec.Capabilities)
+	if err != nil {
+		return nil, err
+	}
+	if res.pathErr != nil {
+		return nil, res.pathErr
+	}
+	binds, err := etcBinds(cfg.Root, cfg.EtcDir)
+	if err != nil {
+		return nil, err
+	}
+
+	p := &cinitProgram{}
+	wrap := func(format string, args ...any) func(unix.Errno) error {
+		return func(e unix.Errno) error { return fmt.Errorf(format+": %w", append(args, e)...) }
+	}
+	pathErr := func(format, op, path string, args ...any) func(unix.Errno) error {
+		return func(e unix.Errno) error {
+			return fmt.Errorf(format+": %w", append(args, &fs.PathError{Op: op, Path: path, Err: e})...)
+		}
+	}
+	remountRO := func(path string) {
+		p.op(cinitMount, wrap("remount %s read-only", path), cstr(""), cstr(path), cstr(""), cnum(uintptr(unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY)), cstr(""))
+	}
+
+	// prepareRoot
+	p.op(cinitMount, wrap("make mounts private"), cstr(""), cstr("/"), cstr(""), cnum(uintptr(unix.MS_REC|unix.MS_PRIVATE)), cstr(""))
+	if cfg.Hostname != "" {
+		p.op(cinitSethostname, wrap("set hostname"), cstr(cfg.Hostname))
+	}
+	for _, m := range rootMounts(cfg) {
+		target := filepath.Join(cfg.Root, m.Target)
+		p.op(cinitMkdirAll, pathErr("create mount point %s", "mkdir", target, target), cstr(target), cnum(0o755))
+		p.op(cinitMount, wrap("mount %s on %s", m.FSType, target), cstr(m.Source), cstr(target), cstr(m.FSType), cnum(m.Flags), cstr(m.Data))
+	}
+	dev := filepath.Join(cfg.Root, "dev")
+	for _, n := range devNodes() {
+		path := filepath.Join(dev, n.Name)
+		p.op(cinitMknod, wrap("create %s", path), cstr(path), cnum(unix.S_IFCHR|0o666), cnum(unix.Mkdev(n.Major, n.Minor)))
+	}
+	for _, l := range devLinks() {
+		link := filepath.Join(dev, l[1])
+		p.op(cinitSymlink, pathErr("create /dev/%s", "symlink", link, l[1]), cstr(l[0]), cstr(link))
+	}
+	for _, d := range cfg.Devices {
+		path, err := deviceNodePath(dev, d)
+		if err != nil {
+			return nil, err
+		}
+		p.op(cinitMkdirAll, pathErr("create device %s", "mkdir", filepath.Dir(path), d.Path), cstr(filepath.Dir(path)), cnum(0o755))
+		p.op(cinitRemove, pathErr("create device %s", "remove", path, d.Path), cstr(path))
+		p.op(cinitMknod, wrap("create device %s", d.Path), cstr(path), cnum(unix.S_IFCHR|d.Mode&0o7777), cnum(unix.Mkdev(d.Major, d.Minor)))
+		p.op(cinitLchown, pathErr("create device %s", "lchown", path, d.Path), cstr(path), cnum(d.UID), cnum(d.GID))
+	}
+	for _, b := range binds {
+		if b.Create {
+			p.op(cinitCreate, pathErr("create mount point %s", "open", b.Dst, b.Dst), cstr(b.Dst), cnum(0o644))
+		}
+		p.op(cinitMount, wrap("bind %s on %s", b.Src, b.Dst), cstr(b.Src), cstr(b.Dst), cstr(""), cnum(uintptr(unix.MS_BIND)), cstr(""))
+		if cfg.ReadOnly {
+			remountRO(b.Dst)
+		}
+	}
+
+	// enterRoot, and the working directory Docker creates for a main
+	// process
+	p.op(cinitChroot, wrap("chroot %s", cfg.Root), cstr(cfg.Root))
+	p.op(cinitChdir, wrap("chdir /"), cstr("/"))
+	p.op(cinitMkdirAll, pathErr("create working directory %s", "mkdir", res.cwd, res.cwd), cstr(res.cwd), cnum(0o755))
+	if cfg.ReadOnly {
+		remountRO("/")
+	}
+	for _, l := range spec.Rlimits {
+		resource, _ := rlimitResource(l.Type)
+		p.op(cinitSetrlimit, wrap("setrlimit %s %d:%d", l.Type, l.Soft, l.Hard), cnum(resource), cnum(rlimitValue(l.Soft)), cnum(rlimitValue(l.Hard)))
+	}
+	for _, c := range drop {
+		p.op(cinitCapbsetDrop, wrap("drop capability %d from the bounding set", c), cnum(c))
+	}
+	u := res.user
+	p.op(cinitSetgroups, wrap("setgroups %v", u.Groups), cnums(u.Groups))
+	p.op(cinitSetgid, wrap("setgid %d", u.GID), cnum(u.GID))
+	p.op(cinitSetuid, wrap("setuid %d", u.UID), cnum(u.UID))
+	p.op(cinitChdir, func(e unix.Errno) error { return cwdError(res.cwd, e) }, cstr(res.cwd))
+	if procsFd > 0 {
+		p.op(cinitWriteFd, wrap("join the container's cgroup"), cnum(procsFd), cstr("0"))
+	}
+	p.op(cinitExec, func(e unix.Errno) error { return execError(res.path, e) }, cstr(res.path), cstrs(spec.Args), cstrs(res.env))
+	return p, nil
+}
+
+// cinitChild prepares the start of the C init running prog: the program,
+// written ahead into a pipe, and the status pipe, whose read end it
+// returns. The child's descriptors are stdio, the program, the status,
+// then procs (the container's cgroup.procs) when not nil.
+func cinitChild(files *childFiles, prog *cinitProgram, stdio []*os.File, procs *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
+	r, w, err := files.pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("config pipe: %w", err)
+	}
+	failR, failW, err := files.pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("status pipe: %w", err)
+	}
+	files.child = append(files.child, r, failW)
+	childFds := append(append([]*os.File(nil), stdio...), r, failW)
+	if procs != nil {
+		childFds = append(childFds, procs)
+	}
+	// A pipe holds 64 KiB; a bigger program (a huge environment) has the
+	// pipe grown first, up to the kernel's limit for unprivileged pipes.
+	if len(prog.buf) >= 1<<16 {
+		if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, len(prog.buf)+1); err != nil {
+			return nil, nil, fmt.Errorf("grow config pipe: %w", err)
+		}
+	}
+	if _, err := w.Write(prog.buf); err != nil {
+		return nil, nil, fmt.Errorf("write config: %w", err)
+	}
+	w.Close()
+	return &os.ProcAttr{Env: []string{}, Files: childFds, Sys: &syscall.SysProcAttr{Setsid: true}}, failR, nil
+}

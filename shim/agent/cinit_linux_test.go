@@ -1,0 +1,164 @@
+//go:build linux
+
+package agent_test
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/husk-vm/husk/shim/agent"
+	"github.com/husk-vm/husk/shim/host"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// buildCInit compiles cinit/init.c as make build does, with musl where it
+// is installed.
+func buildCInit(t *testing.T) string {
+	t.Helper()
+	cc := "musl-gcc"
+	if _, err := exec.LookPath(cc); err != nil {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skip("needs a C compiler (musl-gcc or cc) to build the container init")
+	}
+	out := filepath.Join(t.TempDir(), "husk-init")
+	if b, err := exec.Command(cc, "-static", "-Os", "-Wall", "-Wextra", "-Werror", "-o", out, "cinit/init.c").CombinedOutput(); err != nil {
+		t.Fatalf("build the container init: %v\n%s", err, b)
+	}
+	return out
+}
+
+// A main process is started by the C init where it can be, and by the
+// agent's re-executed Go init otherwise. Both give the program the same
+// PID namespace, mounts, hostname, user, groups, limits, capabilities,
+// working directory and environment, and refuse the same things with the
+// same errors: each case runs on an agent with the C init and on one
+// without, and must give what it wants on both.
+func TestCInitMatchesGoInit(t *testing.T) {
+	cinit := buildCInit(t)
+	type agentUnderTest struct {
+		c   *host.Client
+		log *syncBuffer
+	}
+	newAgent := func(initExe string) agentUnderTest {
+		log := &syncBuffer{}
+		root := makeRoot(t)
+		for _, f := range []struct {
+			name string
+			mode os.FileMode
+			data string
+		}{
+			{"bin/garbage", 0o755, "\x00\x01 not a program"},
+			{"etc/hosts", 0o644, "image hosts\n"},
+		} {
+			if err := os.WriteFile(filepath.Join(root, f.name), []byte(f.data), f.mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chmod(filepath.Join(root, "root"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(root), StateDir: t.TempDir(), InitExe: initExe,
+			Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		c, _ := (&fixture{agent: a, root: root}).connect(t)
+		setup(t, c)
+		return agentUnderTest{c, log}
+	}
+	ways := map[string]agentUnderTest{"c": newAgent(cinit), "go": newAgent("")}
+
+	tests := []struct {
+		name   string
+		spec   proto.ProcessSpec
+		stdout string
+		kind   proto.ErrorKind
+		msg    string
+		// goInit: the C init leaves this process to the Go init.
+		goInit bool
+	}{
+		{name: "namespaces, mounts and /etc", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
+			"echo $$; hostname; cat /etc/hostname; ls /dev | tr '\\n' ' '; echo; grep -c localhost /etc/hosts; cut -d' ' -f2 /proc/mounts | grep -v '^/$' | tr '\\n' ' '"}},
+			stdout: "1\nhusky\nhusky\ncore fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero \n2\n" +
+				"/proc /sys /dev /dev/pts /dev/shm /dev/mqueue /etc/hostname /etc/hosts "},
+		{name: "root", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "id; pwd"}},
+			stdout: "uid=0(root) gid=0(root) groups=0(root)\n/\n"},
+		{name: "user, groups and home", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "id; pwd; echo $HOME"}, User: "app", Cwd: "/home/app"},
+			stdout: "uid=1000(app) gid=1000(app) groups=50(staff),1000(app)\n/home/app\n/home/app\n"},
+		{name: "numeric user and group", spec: proto.ProcessSpec{Args: []string{"id"}, User: "4242:4343"},
+			stdout: "uid=4242 gid=4343 groups=4343\n"},
+		{name: "environment", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "echo $X $HOSTNAME $PATH"}, Env: []string{"X=1"}},
+			stdout: "1 husky /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"},
+		{name: "relative directory in PATH", spec: proto.ProcessSpec{Args: []string{"pwd"}, Env: []string{"PATH=bin"}, Cwd: "/"},
+			stdout: "/\n"},
+		{name: "limits", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "ulimit -n; ulimit -Hn"}, Rlimits: []proto.Rlimit{{Type: "nofile", Soft: 100, Hard: 200}}},
+			stdout: "100\n200\n"},
+		{name: "bounding set", spec: proto.ProcessSpec{Args: []string{"grep", "CapBnd", "/proc/self/status"}, Capabilities: &proto.Capabilities{Bounding: []string{"CAP_CHOWN"}}},
+			stdout: "CapBnd:\t0000000000000001\n"},
+		{name: "the umask is the agent's", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "umask"}},
+			stdout: fmt.Sprintf("%04o\n", currentUmask())},
+		{name: "missing working directory is created", spec: proto.ProcessSpec{Args: []string{"pwd"}, Cwd: "/new/dir"},
+			stdout: "/new/dir\n", goInit: true},
+		{name: "user cannot enter root's home", spec: proto.ProcessSpec{Args: []string{"pwd"}, User: "app", Cwd: "/root"},
+			kind: proto.KindPermission, msg: `chdir to cwd ("/root") set in config.json failed: permission denied`, goInit: true},
+		{name: "invalid ulimit", spec: proto.ProcessSpec{Args: []string{"true"}, Rlimits: []proto.Rlimit{{Type: "nope", Soft: 1, Hard: 1}}},
+			kind: proto.KindInvalid, msg: "invalid ulimit type: nope"},
+		{name: "unknown capability", spec: proto.ProcessSpec{Args: []string{"true"}, Capabilities: &proto.Capabilities{Bounding: []string{"CAP_NOPE"}}},
+			kind: proto.KindInvalid, msg: `unknown capability "CAP_NOPE"`},
+		{name: "unknown user", spec: proto.ProcessSpec{Args: []string{"id"}, User: "nope"},
+			kind: proto.KindUser, msg: "unable to find user nope: no matching entries in passwd file"},
+		{name: "command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}},
+			kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`},
+		{name: "not executable", spec: proto.ProcessSpec{Args: []string{"/etc/notexec"}},
+			kind: proto.KindPermission, msg: `exec: "/etc/notexec": permission denied`},
+		{name: "exec fails", spec: proto.ProcessSpec{Args: []string{"garbage"}},
+			kind: proto.KindInternal, msg: "exec /bin/garbage: exec format error"},
+		{name: "terminal", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "tty | grep -q '^/dev/pts/' && echo pts"}, Terminal: true},
+			stdout: "pts\r\n", goInit: true},
+	}
+	n := 0
+	for _, tt := range tests {
+		for _, way := range []string{"c", "go"} {
+			t.Run(tt.name+"/"+way, func(t *testing.T) {
+				a := ways[way]
+				n++
+				p, err := a.c.Start(ctx(t), fmt.Sprintf("p%d", n), tt.spec)
+				if tt.kind != "" {
+					var ae *host.AgentError
+					if !errors.As(err, &ae) || ae.Kind != tt.kind || ae.Message != tt.msg {
+						t.Fatalf("start: %v, want %s %q", err, tt.kind, tt.msg)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("start: %v", err)
+				}
+				r := collect(t, p)
+				if r.exit.Code != 0 || r.stdout != tt.stdout {
+					t.Errorf("exit %d, stdout %q (stderr %q), want 0, %q", r.exit.Code, r.stdout, strings.TrimSpace(r.stderr), tt.stdout)
+				}
+				started := fmt.Sprintf(`msg="process started" id=p%d pid=%d args=`, n, p.Pid())
+				if want := fmt.Sprintf("cinit=%v", way == "c" && !tt.goInit); !a.log.hasLine(started, want) {
+					t.Errorf("no debug line with %q and %q in\n%s", started, want, a.log.String())
+				}
+			})
+		}
+	}
+}
+
+// currentUmask reads the process's umask without changing it for long.
+func currentUmask() int {
+	old := syscall.Umask(0)
+	syscall.Umask(old)
+	return old
+}
