@@ -150,6 +150,8 @@ type Agent struct {
 	stop      chan struct{}
 	reapDone  chan struct{}
 	closeOnce sync.Once
+	// lastCap is the guest kernel's last capability (lastCapability).
+	lastCap int
 }
 
 // New makes an Agent and starts its reaper. Close stops it.
@@ -178,6 +180,7 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{
 		log:        opts.Logger,
 		opts:       opts,
+		lastCap:    lastCapability(opts.ProcSys),
 		procs:      map[string]*process{},
 		byPid:      map[int]*process{},
 		setupEnded: make(chan struct{}),

@@ -222,7 +222,7 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 			return nil, &agentError{proto.KindInvalid, fmt.Sprintf("invalid ulimit type: %s", l.Type)}
 		}
 	}
-	drop, err := capabilitiesToDrop(spec.Capabilities)
+	drop, err := capabilitiesToDrop(spec.Capabilities, cfg.LastCap)
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Proces
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := boundCapabilities(spec.Capabilities); err != nil {
+	if err := boundCapabilities(spec.Capabilities, cfg.LastCap); err != nil {
 		return nil, nil, err
 	}
 	// The working directory and the program are checked as the user, as

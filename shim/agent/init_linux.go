@@ -141,7 +141,7 @@ func containerInit() error {
 	if err := applyRlimits(spec.Rlimits); err != nil {
 		return err
 	}
-	if err := boundCapabilities(spec.Capabilities); err != nil {
+	if err := boundCapabilities(spec.Capabilities, cfg.LastCap); err != nil {
 		return err
 	}
 

@@ -58,7 +58,7 @@ func TestCapabilityTable(t *testing.T) {
 			t.Errorf("capability %d = %s, want %s", i, names[i], want)
 		}
 	}
-	if err := boundCapabilities(&proto.Capabilities{Bounding: []string{"CAP_BOGUS"}}); err == nil {
+	if err := boundCapabilities(&proto.Capabilities{Bounding: []string{"CAP_BOGUS"}}, 40); err == nil {
 		t.Error("an unknown capability was accepted")
 	}
 }

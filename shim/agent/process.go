@@ -189,6 +189,9 @@ type initConfig struct {
 	// NoExec makes the init exit 0 where it would exec (OpWarm without a
 	// program it can run).
 	NoExec bool `json:"noExec,omitempty"`
+	// LastCap is the kernel's last capability, up to which the bounding
+	// set is dropped (lastCapability).
+	LastCap int `json:"lastCap"`
 	// CgroupFd is the descriptor of the container's cgroup directory,
 	// which the init joins right before it execs (or, under --init, the
 	// init's child is started in); 0 is none.
@@ -235,6 +238,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 			cfg.InitBinary = exe
 		}
 	}
+	cfg.LastCap = a.lastCap
 	var targetPid int
 	if spec.ExecOf != "" {
 		if target == nil {
@@ -247,7 +251,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		}
 		targetPid = target.pid
 		// The target's root as its mount namespace sees it, with its /proc.
-		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec}
+		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec, LastCap: a.lastCap}
 	}
 
 	p, err := a.spawn(id, cfg, targetPid, cgroup)
