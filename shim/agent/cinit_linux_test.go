@@ -126,6 +126,7 @@ func TestCInitMatchesGoInit(t *testing.T) {
 		{name: "terminal", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "tty | grep -q '^/dev/pts/' && echo pts"}, Terminal: true},
 			stdout: "pts\r\n", goInit: true},
 	}
+	t.Cleanup(func() { threadsShareRoot(t) })
 	n := 0
 	for _, tt := range tests {
 		for _, way := range []string{"c", "go"} {
@@ -152,6 +153,28 @@ func TestCInitMatchesGoInit(t *testing.T) {
 					t.Errorf("no debug line with %q and %q in\n%s", started, want, a.log.String())
 				}
 			})
+		}
+	}
+}
+
+// threadsShareRoot checks that every thread of the test process (the
+// agent's) has the process's root and working directory: the threads the
+// agent chroots to resolve a program go back to the scheduler afterwards.
+func threadsShareRoot(t *testing.T) {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := filepath.Glob("/proc/self/task/*")
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("list threads: %v", err)
+	}
+	for _, task := range tasks {
+		root, rerr := os.Readlink(filepath.Join(task, "root"))
+		cwd, cerr := os.Readlink(filepath.Join(task, "cwd"))
+		if rerr != nil || cerr != nil || root != "/" || cwd != wd {
+			t.Errorf("thread %s: root %q (%v), cwd %q (%v); want / and %s", filepath.Base(task), root, rerr, cwd, cerr, wd)
 		}
 	}
 }
