@@ -38,9 +38,9 @@ import (
 // mounts, devices and /etc binds (the tables the Go init uses), the limits
 // and capabilities — and hands the init a list of operations to carry out.
 // When one fails, the init reports its index and errno, and the agent
-// words the error as the Go init does. A main process with a terminal or
-// --init, or whose working directory is not a directory yet, still goes
-// through the Go init, as does every exec the agent cannot start itself.
+// words the error as the Go init does. A main process with --init, or
+// whose working directory is not a directory yet, still goes through the
+// Go init, as does every exec the agent cannot start itself.
 
 // cinitArg0 is the C init's argv[0].
 const cinitArg0 = "husk-init"
@@ -64,6 +64,12 @@ const (
 	cinitSetuid
 	cinitWriteFd
 	cinitExec
+	cinitOpenTerminal
+	cinitTerminalSize
+	cinitTerminalChown
+	cinitSendTerminal
+	cinitDupTerminal
+	cinitSetCtty
 )
 
 // cinitProgram is the C init's encoded operations, and for each the error
@@ -135,11 +141,11 @@ func (p *cinitProgram) failure(report []byte) *agentError {
 }
 
 // canUseCInit says whether the C init can start the process cfg describes:
-// a main process without a terminal or --init, whose strings the kernel
-// can take (the Go init fails on a NUL byte as exec does).
+// a main process without --init, whose strings the kernel can take (the
+// Go init fails on a NUL byte as exec does).
 func canUseCInit(cfg initConfig) bool {
 	spec := cfg.Process
-	if !cfg.Mounts || spec.Terminal || cfg.InitBinary != "" || cfg.Exe != "" || cfg.NoExec || spec.ExecOf != "" {
+	if !cfg.Mounts || cfg.InitBinary != "" || cfg.Exe != "" || cfg.NoExec || spec.ExecOf != "" {
 		return false
 	}
 	for _, list := range [][]string{spec.Args, spec.Env, {cfg.Root, cfg.Hostname, spec.Cwd, spec.User}} {
@@ -343,6 +349,20 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 		p.op(cinitCapbsetDrop, wrap("drop capability %d from the bounding set", c), cnum(c))
 	}
 	u := res.user
+	if spec.Terminal {
+		// setupTerminal's steps; the console socket is at consoleFd, as
+		// for the Go init.
+		p.op(cinitOpenTerminal, pathErr("open a terminal in the container's /dev/pts", "open", "/dev/ptmx"))
+		if size := spec.ConsoleSize; size != nil && size.Rows > 0 && size.Cols > 0 {
+			p.op(cinitTerminalSize, wrap("set terminal size"), cnum(uint64(size.Rows)), cnum(uint64(size.Cols)))
+		}
+		p.op(cinitTerminalChown, wrap("chown terminal"), cnum(u.UID))
+		p.op(cinitSendTerminal, wrap("send terminal to the agent"), cnum(consoleFd))
+		for fd := 0; fd <= 2; fd++ {
+			p.op(cinitDupTerminal, wrap("make the terminal fd %d", fd), cnum(fd))
+		}
+		p.op(cinitSetCtty, wrap("make the terminal controlling"))
+	}
 	p.op(cinitSetgroups, wrap("setgroups %v", u.Groups), cnums(u.Groups))
 	p.op(cinitSetgid, wrap("setgid %d", u.GID), cnum(u.GID))
 	p.op(cinitSetuid, wrap("setuid %d", u.UID), cnum(u.UID))
@@ -357,8 +377,9 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 // cinitChild prepares the start of the C init running prog: the program,
 // written ahead into a pipe, and the status pipe, whose read end it
 // returns. The child's descriptors are stdio, the program, the status,
-// then procs (the container's cgroup.procs) when not nil.
-func cinitChild(files *childFiles, prog *cinitProgram, stdio []*os.File, procs *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
+// then the console socket and procs (the container's cgroup.procs) when
+// not nil, as cinitFds numbers them.
+func cinitChild(files *childFiles, prog *cinitProgram, stdio []*os.File, console, procs *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
 	r, w, err := files.pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("config pipe: %w", err)
@@ -369,6 +390,10 @@ func cinitChild(files *childFiles, prog *cinitProgram, stdio []*os.File, procs *
 	}
 	files.child = append(files.child, r, failW)
 	childFds := append(append([]*os.File(nil), stdio...), r, failW)
+	if console != nil {
+		files.child = append(files.child, console)
+		childFds = append(childFds, console)
+	}
 	if procs != nil {
 		childFds = append(childFds, procs)
 	}

@@ -123,8 +123,11 @@ func TestCInitMatchesGoInit(t *testing.T) {
 			kind: proto.KindPermission, msg: `exec: "/etc/notexec": permission denied`},
 		{name: "exec fails", spec: proto.ProcessSpec{Args: []string{"garbage"}},
 			kind: proto.KindInternal, msg: "exec /bin/garbage: exec format error"},
-		{name: "terminal", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "tty | grep -q '^/dev/pts/' && echo pts"}, Terminal: true},
-			stdout: "pts\r\n", goInit: true},
+		{name: "terminal", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "tty | grep -q '^/dev/pts/' && echo pts; [ -O $(tty) ] && echo owner; stty size; id -u; ls /dev/pts"},
+			User: "app", Terminal: true, ConsoleSize: &proto.WindowSize{Rows: 33, Cols: 77}},
+			stdout: "pts\r\nowner\r\n33 77\r\n1000\r\n0     ptmx\r\n"},
+		{name: "terminal, command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}, Terminal: true},
+			kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`},
 	}
 	t.Cleanup(func() { threadsShareRoot(t) })
 	n := 0

@@ -350,9 +350,14 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	var cprog *cinitProgram
 	exe, arg0 := a.opts.Exe, initArg0
 	if targetPid == 0 && a.opts.InitExe != "" && canUseCInit(cfg) {
+		// After stdio, the program and status pipes, and the console
+		// socket (consoleFd) when there is one; see cinitChild.
 		procsFd := 0
 		if cgroup != "" {
-			procsFd = len(stdio) + 2 // after the program and status pipes
+			procsFd = len(stdio) + 2
+			if consoleChild != nil {
+				procsFd++
+			}
 		}
 		if cprog, err = cinitFor(cfg, procsFd); err != nil {
 			if ae := (*agentError)(nil); errors.As(err, &ae) {
@@ -381,7 +386,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	switch {
 	case direct:
 	case cprog != nil:
-		if attr, failR, err = cinitChild(&files, cprog, stdio, cgroupFile); err != nil {
+		if attr, failR, err = cinitChild(&files, cprog, stdio, consoleChild, cgroupFile); err != nil {
 			return nil, internal("start the init", err)
 		}
 	default:

@@ -3,8 +3,8 @@
  *
  * The agent starts this program as PID 1 of the container's new PID, mount
  * and UTS namespaces. It reads a list of operations from descriptor 3,
- * carries them out in order (mounts, device nodes, chroot, limits,
- * credentials, ...) and the last one execs the user's program. Everything
+ * carries them out in order (mounts, device nodes, chroot, limits, a
+ * terminal, credentials, ...) and the last one execs the user's program. Everything
  * the operations do is worked out by the agent, in Go; this program only
  * interprets them, so it holds no policy of its own.
  *
@@ -24,9 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -50,7 +53,16 @@ enum {
 	OP_SETUID,        /* uid */
 	OP_WRITE_FD,      /* fd, data; the descriptor is closed afterwards */
 	OP_EXEC,          /* path, argc, args, envc, env */
+	OP_OPEN_TERMINAL, /* open a pseudo-terminal in the root's /dev/ptmx */
+	OP_TERMINAL_SIZE, /* rows, cols */
+	OP_TERMINAL_CHOWN, /* uid: the slave side's owner */
+	OP_SEND_TERMINAL, /* fd: a socket to send the master side over */
+	OP_DUP_TERMINAL,  /* fd: make it the slave side */
+	OP_SET_CTTY,      /* make the terminal (stdin) the controlling one */
 };
+
+/* The terminal OP_OPEN_TERMINAL opened. */
+static int term_master = -1, term_slave = -1;
 
 enum { CONFIG_FD = 3, STATUS_FD = 4 };
 
@@ -292,6 +304,52 @@ static int run(struct reader *r, mode_t umask_before)
 		execve(path, argv, envp);
 		return -1;
 	}
+	case OP_OPEN_TERMINAL: {
+		term_master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+		if (term_master < 0)
+			return -1;
+		int unlock = 0, n = 0;
+		if (ioctl(term_master, TIOCSPTLCK, &unlock) < 0 || ioctl(term_master, TIOCGPTN, &n) < 0)
+			return -1;
+		char name[32];
+		snprintf(name, sizeof name, "/dev/pts/%d", n);
+		term_slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+		return term_slave < 0 ? -1 : 0;
+	}
+	case OP_TERMINAL_SIZE: {
+		struct winsize ws = {.ws_row = (unsigned short)num(r), .ws_col = (unsigned short)num(r)};
+		return r->bad ? -2 : ioctl(term_master, TIOCSWINSZ, &ws);
+	}
+	case OP_TERMINAL_CHOWN: {
+		uid_t uid = (uid_t)num(r);
+		return r->bad ? -2 : fchown(term_slave, uid, (gid_t)-1);
+	}
+	case OP_SEND_TERMINAL: {
+		int sock = (int)num(r);
+		if (r->bad)
+			return -2;
+		char byte = 0, control[CMSG_SPACE(sizeof(int))];
+		struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+		struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+		memset(control, 0, sizeof control);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &term_master, sizeof(int));
+		ssize_t sent = sendmsg(sock, &msg, 0);
+		int err = errno;
+		close(sock);
+		close(term_master);
+		errno = err;
+		return sent < 0 ? -1 : 0;
+	}
+	case OP_DUP_TERMINAL: {
+		int fd = (int)num(r);
+		return r->bad ? -2 : dup3(term_slave, fd, 0) < 0 ? -1 : 0;
+	}
+	case OP_SET_CTTY:
+		return ioctl(0, TIOCSCTTY, 0);
 	}
 	return -2;
 }
