@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -372,41 +370,4 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 	}
 	p.op(cinitExec, func(e unix.Errno) error { return execError(res.path, e) }, cstr(res.path), cstrs(spec.Args), cstrs(res.env))
 	return p, nil
-}
-
-// cinitChild prepares the start of the C init running prog: the program,
-// written ahead into a pipe, and the status pipe, whose read end it
-// returns. The child's descriptors are stdio, the program, the status,
-// then the console socket and procs (the container's cgroup.procs) when
-// not nil, as cinitFds numbers them.
-func cinitChild(files *childFiles, prog *cinitProgram, stdio []*os.File, console, procs *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
-	r, w, err := files.pipe()
-	if err != nil {
-		return nil, nil, fmt.Errorf("config pipe: %w", err)
-	}
-	failR, failW, err := files.pipe()
-	if err != nil {
-		return nil, nil, fmt.Errorf("status pipe: %w", err)
-	}
-	files.child = append(files.child, r, failW)
-	childFds := append(append([]*os.File(nil), stdio...), r, failW)
-	if console != nil {
-		files.child = append(files.child, console)
-		childFds = append(childFds, console)
-	}
-	if procs != nil {
-		childFds = append(childFds, procs)
-	}
-	// A pipe holds 64 KiB; a bigger program (a huge environment) has the
-	// pipe grown first, up to the kernel's limit for unprivileged pipes.
-	if len(prog.buf) >= 1<<16 {
-		if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, len(prog.buf)+1); err != nil {
-			return nil, nil, fmt.Errorf("grow config pipe: %w", err)
-		}
-	}
-	if _, err := w.Write(prog.buf); err != nil {
-		return nil, nil, fmt.Errorf("write config: %w", err)
-	}
-	w.Close()
-	return &os.ProcAttr{Env: []string{}, Files: childFds, Sys: &syscall.SysProcAttr{Setsid: true}}, failR, nil
 }

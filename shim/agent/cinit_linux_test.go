@@ -3,13 +3,11 @@
 package agent_test
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -78,27 +76,11 @@ func TestCInitMatchesGoInit(t *testing.T) {
 	}
 	ways := map[string]agentUnderTest{"c": newAgent(cinit), "go": newAgent("")}
 
-	tests := []struct {
-		name   string
-		spec   proto.ProcessSpec
-		stdout string
-		kind   proto.ErrorKind
-		msg    string
-		// goInit: the C init leaves this process to the Go init.
-		goInit bool
-	}{
+	tests := []startCase{
 		{name: "namespaces, mounts and /etc", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
 			"echo $$; hostname; cat /etc/hostname; ls /dev | tr '\\n' ' '; echo; grep -c localhost /etc/hosts; cut -d' ' -f2 /proc/mounts | grep -v '^/$' | tr '\\n' ' '"}},
 			stdout: "1\nhusky\nhusky\ncore fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero \n2\n" +
 				"/proc /sys /dev /dev/pts /dev/shm /dev/mqueue /etc/hostname /etc/hosts "},
-		{name: "root", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "id; pwd"}},
-			stdout: "uid=0(root) gid=0(root) groups=0(root)\n/\n"},
-		{name: "user, groups and home", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "id; pwd; echo $HOME"}, User: "app", Cwd: "/home/app"},
-			stdout: "uid=1000(app) gid=1000(app) groups=50(staff),1000(app)\n/home/app\n/home/app\n"},
-		{name: "numeric user and group", spec: proto.ProcessSpec{Args: []string{"id"}, User: "4242:4343"},
-			stdout: "uid=4242 gid=4343 groups=4343\n"},
-		{name: "environment", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "echo $X $HOSTNAME $PATH"}, Env: []string{"X=1"}},
-			stdout: "1 husky /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"},
 		{name: "relative directory in PATH", spec: proto.ProcessSpec{Args: []string{"pwd"}, Env: []string{"PATH=bin"}, Cwd: "/"},
 			stdout: "/\n"},
 		{name: "limits", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "ulimit -n; ulimit -Hn"}, Rlimits: []proto.Rlimit{{Type: "nofile", Soft: 100, Hard: 200}}},
@@ -129,6 +111,7 @@ func TestCInitMatchesGoInit(t *testing.T) {
 		{name: "terminal, command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}, Terminal: true},
 			kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`},
 	}
+	tests = append(tests, identityCases()...)
 	t.Cleanup(func() { threadsShareRoot(t) })
 	n := 0
 	for _, tt := range tests {
@@ -136,25 +119,7 @@ func TestCInitMatchesGoInit(t *testing.T) {
 			t.Run(tt.name+"/"+way, func(t *testing.T) {
 				a := ways[way]
 				n++
-				p, err := a.c.Start(ctx(t), fmt.Sprintf("p%d", n), tt.spec)
-				if tt.kind != "" {
-					var ae *host.AgentError
-					if !errors.As(err, &ae) || ae.Kind != tt.kind || ae.Message != tt.msg {
-						t.Fatalf("start: %v, want %s %q", err, tt.kind, tt.msg)
-					}
-					return
-				}
-				if err != nil {
-					t.Fatalf("start: %v", err)
-				}
-				r := collect(t, p)
-				if r.exit.Code != 0 || r.stdout != tt.stdout {
-					t.Errorf("exit %d, stdout %q (stderr %q), want 0, %q", r.exit.Code, r.stdout, strings.TrimSpace(r.stderr), tt.stdout)
-				}
-				started := fmt.Sprintf(`msg="process started" id=p%d pid=%d args=`, n, p.Pid())
-				if want := fmt.Sprintf("cinit=%v", way == "c" && !tt.goInit); !a.log.hasLine(started, want) {
-					t.Errorf("no debug line with %q and %q in\n%s", started, want, a.log.String())
-				}
+				checkStart(t, a.c, a.log, fmt.Sprintf("p%d", n), tt, fmt.Sprintf("cinit=%v", way == "c" && !tt.goInit))
 			})
 		}
 	}

@@ -68,21 +68,7 @@ func TestExecDirectMatchesInit(t *testing.T) {
 	}
 	throughInit := []proto.Rlimit{{Type: "nofile", Soft: int64(lim.Cur), Hard: int64(lim.Max)}}
 
-	tests := []struct {
-		name   string
-		spec   proto.ProcessSpec
-		stdout string
-		kind   proto.ErrorKind
-		msg    string
-	}{
-		{name: "root", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "id; pwd"}},
-			stdout: "uid=0(root) gid=0(root) groups=0(root)\n/\n"},
-		{name: "user, groups and home", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "id; pwd; echo $HOME"}, User: "app", Cwd: "/home/app"},
-			stdout: "uid=1000(app) gid=1000(app) groups=50(staff),1000(app)\n/home/app\n/home/app\n"},
-		{name: "numeric user and group", spec: proto.ProcessSpec{Args: []string{"id"}, User: "4242:4343"},
-			stdout: "uid=4242 gid=4343 groups=4343\n"},
-		{name: "environment", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "echo $X $HOSTNAME $PATH"}, Env: []string{"X=1"}},
-			stdout: "1 husky /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"},
+	tests := []startCase{
 		{name: "relative directory in PATH", spec: proto.ProcessSpec{Args: []string{"true"}, Env: []string{"PATH=rel"}, Cwd: "/"}},
 		{name: "bounding set", spec: proto.ProcessSpec{Args: []string{"grep", "CapBnd", "/proc/self/status"}, Capabilities: &proto.Capabilities{Bounding: []string{"CAP_CHOWN"}}},
 			stdout: "CapBnd:\t0000000000000001\n"},
@@ -106,6 +92,7 @@ func TestExecDirectMatchesInit(t *testing.T) {
 		{name: "terminal, command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}, Terminal: true},
 			kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`},
 	}
+	tests = append(tests, identityCases()...)
 	n := 0
 	for _, tt := range tests {
 		for _, way := range []string{"direct", "init"} {
@@ -116,27 +103,65 @@ func TestExecDirectMatchesInit(t *testing.T) {
 					spec.Rlimits = throughInit
 				}
 				n++
-				p, err := c.Start(ctx(t), fmt.Sprintf("x%d", n), spec)
-				if tt.kind != "" {
-					var ae *host.AgentError
-					if !errors.As(err, &ae) || ae.Kind != tt.kind || ae.Message != tt.msg {
-						t.Fatalf("start: %v, want %s %q", err, tt.kind, tt.msg)
-					}
-					return
-				}
-				if err != nil {
-					t.Fatalf("start: %v", err)
-				}
-				r := collect(t, p)
-				if r.exit.Code != 0 || r.stdout != tt.stdout {
-					t.Errorf("exit %d, stdout %q (stderr %q), want 0, %q", r.exit.Code, r.stdout, strings.TrimSpace(r.stderr), tt.stdout)
-				}
-				started := fmt.Sprintf(`msg="process started" id=x%d pid=%d args=`, n, p.Pid())
-				if want := fmt.Sprintf("direct=%v", way == "direct"); !log.hasLine(started, want) {
-					t.Errorf("no debug line with %q and %q in\n%s", started, want, log.String())
-				}
+				tt.spec = spec
+				checkStart(t, c, &log, fmt.Sprintf("x%d", n), tt, fmt.Sprintf("direct=%v", way == "direct"))
 			})
 		}
+	}
+}
+
+// startCase is one process start and what it must give (checkStart).
+type startCase struct {
+	name   string
+	spec   proto.ProcessSpec
+	stdout string
+	kind   proto.ErrorKind
+	msg    string
+	// goInit: the C init leaves this process to the Go init
+	// (TestCInitMatchesGoInit).
+	goInit bool
+}
+
+// identityCases are the user, groups, home and environment a process gets
+// in the root of makeRoot, as every way of starting one must give them.
+func identityCases() []startCase {
+	return []startCase{
+		{name: "root", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "id; pwd"}},
+			stdout: "uid=0(root) gid=0(root) groups=0(root)\n/\n"},
+		{name: "user, groups and home", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "id; pwd; echo $HOME"}, User: "app", Cwd: "/home/app"},
+			stdout: "uid=1000(app) gid=1000(app) groups=50(staff),1000(app)\n/home/app\n/home/app\n"},
+		{name: "numeric user and group", spec: proto.ProcessSpec{Args: []string{"id"}, User: "4242:4343"},
+			stdout: "uid=4242 gid=4343 groups=4343\n"},
+		{name: "environment", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "echo $X $HOSTNAME $PATH"}, Env: []string{"X=1"}},
+			stdout: "1 husky /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"},
+	}
+}
+
+// checkStart starts tc.spec as process id on c, and requires it to exit 0
+// having written tc.stdout, or, where tc.kind is set, to be refused with
+// an agent error of that kind and message tc.msg. A process that starts
+// must have the agent's "process started" debug line in log, with logged.
+func checkStart(t *testing.T, c *host.Client, log *syncBuffer, id string, tc startCase, logged string) {
+	t.Helper()
+	stdout, kind, msg := tc.stdout, tc.kind, tc.msg
+	p, err := c.Start(ctx(t), id, tc.spec)
+	if kind != "" {
+		var ae *host.AgentError
+		if !errors.As(err, &ae) || ae.Kind != kind || ae.Message != msg {
+			t.Fatalf("start: %v, want %s %q", err, kind, msg)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	r := collect(t, p)
+	if r.exit.Code != 0 || r.stdout != stdout {
+		t.Errorf("exit %d, stdout %q (stderr %q), want 0, %q", r.exit.Code, r.stdout, strings.TrimSpace(r.stderr), stdout)
+	}
+	started := fmt.Sprintf(`msg="process started" id=%s pid=%d args=`, id, p.Pid())
+	if !log.hasLine(started, logged) {
+		t.Errorf("no debug line with %q and %q in\n%s", started, logged, log.String())
 	}
 }
 

@@ -350,14 +350,9 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	var cprog *cinitProgram
 	exe, arg0 := a.opts.Exe, initArg0
 	if targetPid == 0 && a.opts.InitExe != "" && canUseCInit(cfg) {
-		// After stdio, the program and status pipes, and the console
-		// socket (consoleFd) when there is one; see cinitChild.
 		procsFd := 0
 		if cgroup != "" {
-			procsFd = len(stdio) + 2
-			if consoleChild != nil {
-				procsFd++
-			}
+			procsFd = lastChildFd(stdio, consoleChild)
 		}
 		if cprog, err = cinitFor(cfg, procsFd); err != nil {
 			if ae := (*agentError)(nil); errors.As(err, &ae) {
@@ -386,7 +381,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	switch {
 	case direct:
 	case cprog != nil:
-		if attr, failR, err = cinitChild(&files, cprog, stdio, consoleChild, cgroupFile); err != nil {
+		if attr, failR, err = files.forInit(cprog.buf, stdio, consoleChild, cgroupFile); err != nil {
 			return nil, internal("start the init", err)
 		}
 	default:
@@ -508,40 +503,63 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	return p, nil
 }
 
-// initChild prepares the start of the agent's re-executed init (Reexec):
-// its configuration, written ahead into a pipe, and its status pipe, whose
-// read end it returns. The child's descriptors are stdio, the
-// configuration, the status, then the console socket and the cgroup
-// directory when there are.
+// initChild prepares the start of the agent's re-executed init (Reexec)
+// with cfg as its configuration (see childFiles.forInit); cgroupDir, when
+// there is one, is the last descriptor, which the init joins itself
+// (initConfig.CgroupFd).
 func initChild(files *childFiles, cfg initConfig, stdio []*os.File, console, cgroupDir *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
-	cfgR, cfgW, err := files.pipe()
-	if err != nil {
-		return nil, nil, fmt.Errorf("config pipe: %w", err)
-	}
-	failR, failW, err := files.pipe()
-	if err != nil {
-		return nil, nil, fmt.Errorf("status pipe: %w", err)
-	}
-	files.child = append(files.child, cfgR, failW)
-	childFds := append(append([]*os.File(nil), stdio...), cfgR, failW)
-	if console != nil {
-		files.child = append(files.child, console)
-		childFds = append(childFds, console)
-	}
 	if cgroupDir != nil {
-		// Joined by the init itself (initConfig.CgroupFd).
-		cfg.CgroupFd = len(childFds)
-		childFds = append(childFds, cgroupDir)
+		cfg.CgroupFd = lastChildFd(stdio, console)
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode config: %w", err)
 	}
-	// Far below a pipe's capacity, so this cannot block before the child
-	// runs.
-	if _, err := cfgW.Write(b); err != nil {
+	return files.forInit(b, stdio, console, cgroupDir)
+}
+
+// forInit prepares a child init's descriptors: stdio, its configuration
+// (config, written ahead into a pipe), its status pipe, whose read end it
+// returns, then console (the console socket, consoleFd) and last when not
+// nil; last is numbered lastChildFd.
+func (f *childFiles) forInit(config []byte, stdio []*os.File, console, last *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
+	r, w, err := f.pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("config pipe: %w", err)
+	}
+	failR, failW, err := f.pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("status pipe: %w", err)
+	}
+	f.child = append(f.child, r, failW)
+	childFds := append(append([]*os.File(nil), stdio...), r, failW)
+	if console != nil {
+		f.child = append(f.child, console)
+		childFds = append(childFds, console)
+	}
+	if last != nil {
+		childFds = append(childFds, last)
+	}
+	// The configuration is written before the child runs: a pipe holds
+	// 64 KiB, and a bigger one (a huge environment) has the pipe grown
+	// first, up to the kernel's limit for unprivileged pipes.
+	if len(config) >= 1<<16 {
+		if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, len(config)+1); err != nil {
+			return nil, nil, fmt.Errorf("grow config pipe: %w", err)
+		}
+	}
+	if _, err := w.Write(config); err != nil {
 		return nil, nil, fmt.Errorf("write config: %w", err)
 	}
-	cfgW.Close()
+	w.Close()
 	return &os.ProcAttr{Env: []string{}, Files: childFds, Sys: &syscall.SysProcAttr{Setsid: true}}, failR, nil
+}
+
+// lastChildFd is the number childFiles.forInit gives its last descriptor.
+func lastChildFd(stdio []*os.File, console *os.File) int {
+	n := len(stdio) + 2 // the configuration and status pipes
+	if console != nil {
+		n++
+	}
+	return n
 }
