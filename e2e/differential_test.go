@@ -59,6 +59,7 @@ func scenarios() []scenario {
 		{name: "run missing command", args: a("run", "--rm", "{img}", "no-such-command")},
 		{name: "run missing image", args: a("run", "--rm", "{reg}/husk/nope")},
 		{name: "run env workdir user", args: a("run", "--rm", "-e", "A=b", "-w", "/tmp", "-u", "1000:50", "{img}", "sh", "-c", "echo $A; pwd; id")},
+		{name: "run big environment", args: a("run", "--rm", "-e", "BIG="+strings.Repeat("x", 100<<10), "{img}", "sh", "-c", "echo ${#BIG}")},
 		{name: "run user by name", args: a("run", "--rm", "-u", "app", "{img}", "sh", "-c", "id; echo $HOME")},
 		{name: "run entrypoint", args: a("run", "--rm", "--entrypoint", "echo", "{img}", "x", "y")},
 		{name: "run stdin", args: a("run", "--rm", "-i", "{img}", "sh", "-c", "cat; echo end"), stdin: []byte("piped\n")},

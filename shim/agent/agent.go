@@ -312,7 +312,7 @@ func (s *stream) respond(r proto.Response) error {
 func (a *Agent) handle(ctx context.Context, sess *yamux.Session, c net.Conn) {
 	s := &stream{Conn: c, r: bufio.NewReaderSize(c, 64<<10)}
 	defer s.Close()
-	line, err := s.r.ReadSlice('\n')
+	line, err := proto.ReadLine(s.r)
 	if err != nil {
 		a.log.Debug("read request", "err", err)
 		return

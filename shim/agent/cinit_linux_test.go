@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -87,6 +88,8 @@ func TestCInitMatchesGoInit(t *testing.T) {
 			stdout: "100\n200\n"},
 		{name: "bounding set", spec: proto.ProcessSpec{Args: []string{"grep", "CapBnd", "/proc/self/status"}, Capabilities: &proto.Capabilities{Bounding: []string{"CAP_CHOWN"}}},
 			stdout: "CapBnd:\t0000000000000001\n"},
+		{name: "an environment bigger than a pipe", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "echo ${#BIG}"}, Env: []string{"BIG=" + strings.Repeat("x", 100<<10)}},
+			stdout: "102400\n"},
 		{name: "the umask is the agent's", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "umask"}},
 			stdout: fmt.Sprintf("%04o\n", currentUmask())},
 		{name: "missing working directory is created", spec: proto.ProcessSpec{Args: []string{"pwd"}, Cwd: "/new/dir"},

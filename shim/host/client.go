@@ -154,7 +154,7 @@ func (c *call) Close() error               { return c.st.Close() }
 
 func (c *call) readResponse() (proto.Response, error) {
 	var resp proto.Response
-	line, err := c.r.ReadSlice('\n')
+	line, err := proto.ReadLine(c.r)
 	if err != nil {
 		return resp, fmt.Errorf("read agent response: %w", err)
 	}
