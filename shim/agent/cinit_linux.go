@@ -165,8 +165,9 @@ type programInRoot struct {
 	// path is the program's file; pathErr is why it has none.
 	path    string
 	pathErr error
-	// cwdMissing says the working directory is not a directory yet: the
-	// Go init creates it, or fails to.
+	// cwdMissing says the user could not enter the working directory:
+	// it may not exist yet, which the Go init creates, or the Go init
+	// fails on it with its own words; either way the Go init starts it.
 	cwdMissing bool
 }
 
