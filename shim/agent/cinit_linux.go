@@ -263,9 +263,14 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 		return nil, nil
 	}
 	spec := cfg.Process
-	for _, l := range spec.Rlimits {
-		if _, ok := rlimitResource(l.Type); !ok {
-			return nil, &agentError{proto.KindInvalid, fmt.Sprintf("invalid ulimit type: %s", l.Type)}
+	type limit struct {
+		resource int
+		value    unix.Rlimit
+	}
+	limits := make([]limit, len(spec.Rlimits))
+	for i, l := range spec.Rlimits {
+		if limits[i].resource, limits[i].value, err = rlimitOf(l); err != nil {
+			return nil, err
 		}
 	}
 	drop, err := capabilitiesToDrop(spec.Capabilities, cfg.LastCap)
@@ -340,9 +345,9 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 	if cfg.ReadOnly {
 		remountRO("/")
 	}
-	for _, l := range spec.Rlimits {
-		resource, _ := rlimitResource(l.Type)
-		p.op(cinitSetrlimit, wrap("setrlimit %s %d:%d", l.Type, l.Soft, l.Hard), cnum(resource), cnum(rlimitValue(l.Soft)), cnum(rlimitValue(l.Hard)))
+	for i, l := range limits {
+		p.op(cinitSetrlimit, func(e unix.Errno) error { return setrlimitError(spec.Rlimits[i], e) },
+			cnum(l.resource), cnum(l.value.Cur), cnum(l.value.Max))
 	}
 	for _, c := range drop {
 		p.op(cinitCapbsetDrop, wrap("drop capability %d from the bounding set", c), cnum(c))

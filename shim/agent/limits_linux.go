@@ -89,17 +89,31 @@ func rlimitValue(v int64) uint64 {
 	return uint64(v)
 }
 
+// rlimitOf is Docker's --ulimit l as setrlimit takes it: the resource and
+// the limit, or the error of an unknown type.
+func rlimitOf(l proto.Rlimit) (int, unix.Rlimit, error) {
+	res, ok := rlimitResource(l.Type)
+	if !ok {
+		return 0, unix.Rlimit{}, &agentError{proto.KindInvalid, fmt.Sprintf("invalid ulimit type: %s", l.Type)}
+	}
+	return res, unix.Rlimit{Cur: rlimitValue(l.Soft), Max: rlimitValue(l.Hard)}, nil
+}
+
+// setrlimitError is the failure of setrlimit for l.
+func setrlimitError(l proto.Rlimit, err error) error {
+	return fmt.Errorf("setrlimit %s %d:%d: %w", l.Type, l.Soft, l.Hard, err)
+}
+
 // applyRlimits sets the process's limits, before it gives up the
 // capability to raise them.
 func applyRlimits(limits []proto.Rlimit) error {
 	for _, l := range limits {
-		res, ok := rlimitResource(l.Type)
-		if !ok {
-			return &agentError{proto.KindInvalid, fmt.Sprintf("invalid ulimit type: %s", l.Type)}
+		res, lim, err := rlimitOf(l)
+		if err != nil {
+			return err
 		}
-		lim := unix.Rlimit{Cur: rlimitValue(l.Soft), Max: rlimitValue(l.Hard)}
 		if err := unix.Setrlimit(res, &lim); err != nil {
-			return fmt.Errorf("setrlimit %s %d:%d: %w", l.Type, l.Soft, l.Hard, err)
+			return setrlimitError(l, err)
 		}
 	}
 	return nil
@@ -150,8 +164,8 @@ func capabilitiesToDrop(caps *proto.Capabilities, last int) ([]int, error) {
 // lastCapability is the kernel's last capability, from procSys
 // (/proc/sys), or the last of proto's table where the kernel does not say.
 // A newer guest kernel may know more capabilities than the table; those
-// are dropped too. The agent reads it once: after a restore, reading it
-// on every start cost 17-45 ms of guest time under TCG.
+// are dropped too. The agent reads it once, rather than every process
+// start reading the same value again.
 func lastCapability(procSys string) int {
 	if b, err := os.ReadFile(filepath.Join(procSys, "kernel/cap_last_cap")); err == nil {
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
