@@ -238,7 +238,6 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 			cfg.InitBinary = exe
 		}
 	}
-	cfg.LastCap = a.lastCap
 	var targetPid int
 	if spec.ExecOf != "" {
 		if target == nil {
@@ -251,8 +250,9 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		}
 		targetPid = target.pid
 		// The target's root as its mount namespace sees it, with its /proc.
-		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec, LastCap: a.lastCap}
+		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec}
 	}
+	cfg.LastCap = a.lastCap
 
 	p, err := a.spawn(id, cfg, targetPid, cgroup)
 	if err != nil {
@@ -542,7 +542,8 @@ func (f *childFiles) forInit(config []byte, stdio []*os.File, console, last *os.
 	}
 	// The configuration is written before the child runs: a pipe holds
 	// 64 KiB, and a bigger one (a huge environment) has the pipe grown
-	// first, up to the kernel's limit for unprivileged pipes.
+	// first (F_SETPIPE_SZ; the agent, as root, is not held to
+	// pipe-max-size).
 	if len(config) >= 1<<16 {
 		if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, len(config)+1); err != nil {
 			return nil, nil, fmt.Errorf("grow config pipe: %w", err)
