@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -36,12 +39,16 @@ import (
 // mounts, devices and /etc binds (the tables the Go init uses), the limits
 // and capabilities — and hands the init a list of operations to carry out.
 // When one fails, the init reports its index and errno, and the agent
-// words the error as the Go init does. A main process with --init, or
-// whose working directory is not a directory yet, still goes through the
-// Go init, as does every exec the agent cannot start itself.
+// words the error as the Go init does. Every main process goes through it
+// where the agent has it (husk-agent in a guest always does); the Go init
+// serves an agent without it and the execs the agent cannot start itself.
 
-// cinitArg0 is the C init's argv[0].
-const cinitArg0 = "husk-init"
+// cinitArg0 is the C init's argv[0]; under cinitWarmArg0 it exits 0 at
+// once, which makes it the program of the template's warm-up (OpWarm).
+const (
+	cinitArg0     = "husk-init"
+	cinitWarmArg0 = "husk-init-warm"
+)
 
 // Operation codes; keep in step with cinit/init.c.
 const (
@@ -68,6 +75,7 @@ const (
 	cinitSendTerminal
 	cinitDupTerminal
 	cinitSetCtty
+	cinitOpen
 )
 
 // cinitProgram is the C init's encoded operations, and for each the error
@@ -139,11 +147,11 @@ func (p *cinitProgram) failure(report []byte) *agentError {
 }
 
 // canUseCInit says whether the C init can start the process cfg describes:
-// a main process without --init, whose strings the kernel can take (the
-// Go init fails on a NUL byte as exec does).
+// a main process that execs a program, whose strings the kernel can take
+// (the Go init fails on a NUL byte as exec does).
 func canUseCInit(cfg initConfig) bool {
 	spec := cfg.Process
-	if !cfg.Mounts || cfg.InitBinary != "" || cfg.Exe != "" || cfg.NoExec || spec.ExecOf != "" {
+	if !cfg.Mounts || cfg.NoExec || spec.ExecOf != "" {
 		return false
 	}
 	for _, list := range [][]string{spec.Args, spec.Env, {cfg.Root, cfg.Hostname, spec.Cwd, spec.User}} {
@@ -165,15 +173,15 @@ type programInRoot struct {
 	// path is the program's file; pathErr is why it has none.
 	path    string
 	pathErr error
-	// cwdMissing says the user could not enter the working directory:
-	// it may not exist yet, which the Go init creates, or the Go init
-	// fails on it with its own words; either way the Go init starts it.
-	cwdMissing bool
+	// cwdErr is why the user cannot enter the working directory; the
+	// program is then not looked up, as the init fails first.
+	cwdErr error
 }
 
 // resolveInRoot works out programInRoot for cfg on a thread of its own
-// chrooted into the container's root. The program is looked up as the
-// user, from the working directory.
+// chrooted into the container's root. A missing working directory is
+// created there, owned by root, as Docker does for a main process; the
+// program is looked up as the user, from that directory.
 //
 // The thread then gives back the agent's root, working directory and
 // credentials and returns to the scheduler: throwing it away, as a thread
@@ -239,9 +247,15 @@ func resolveOnThread(cfg initConfig) (_ programInRoot, restore func() error, _ e
 		return r, restore, err
 	}
 	r.user, r.env, r.cwd = u, env, dir
+	// Created here, in the root the agent sees (as dockerd creates it in
+	// the container's filesystem before its mounts); the init's program
+	// creates it again after its own mounts, where one of them covers it.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return r, restore, fmt.Errorf("create working directory %s: %w", dir, err)
+	}
 	credsErr = withFileCredentials(u, func() error {
 		if err := unix.Chdir(dir); err != nil {
-			r.cwdMissing = true
+			r.cwdErr = err
 			return nil
 		}
 		r.path, r.pathErr = lookPath(cfg.Process.Args[0], envValue(env, "PATH"))
@@ -250,17 +264,26 @@ func resolveOnThread(cfg initConfig) (_ programInRoot, restore func() error, _ e
 	return r, restore, credsErr
 }
 
+// cinitFds are the numbers of the descriptors the C init gets beyond its
+// stdio, configuration, status and console; 0 is none.
+type cinitFds struct {
+	// cgroup is the container's cgroup: its cgroup.procs, which the init
+	// joins right before its exec, or under --init the directory, which
+	// --init's init starts its child in (cgroupFdEnv).
+	cgroup int
+	// initBinary is a free number at which the init opens --init's init
+	// before its chroot, to bind it at dockerInitPath after: a bind's
+	// source must be in the init's own mount namespace, which a file the
+	// agent opened is not.
+	initBinary int
+}
+
 // cinitFor is the C init's program for cfg: the Go init's steps (Reexec),
-// in its order. procsFd is the init's descriptor of the container's
-// cgroup.procs, or 0. It returns nil, nil where the Go init must start the
-// process instead.
-func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
+// in its order.
+func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 	res, err := resolveInRoot(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if res.cwdMissing {
-		return nil, nil
 	}
 	spec := cfg.Process
 	type limit struct {
@@ -277,8 +300,21 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 	if err != nil {
 		return nil, err
 	}
-	if res.pathErr != nil {
+	path, args, env := res.path, spec.Args, res.env
+	switch {
+	case res.cwdErr != nil:
+		return nil, cwdError(res.cwd, res.cwdErr)
+	case cfg.Exe != "":
+		path = cfg.Exe
+	case res.pathErr != nil:
 		return nil, res.pathErr
+	}
+	if cfg.InitBinary != "" {
+		// The init finds the program again through PATH, as tini does.
+		path, args = dockerInitPath, append([]string{dockerInitPath, "--"}, args...)
+		if fds.cgroup > 0 {
+			env = append(slices.Clip(env), cgroupFdEnv+"="+strconv.Itoa(fds.cgroup))
+		}
 	}
 	binds, err := etcBinds(cfg.Root, cfg.EtcDir)
 	if err != nil {
@@ -337,11 +373,23 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 		}
 	}
 
+	if cfg.InitBinary != "" {
+		p.op(cinitOpen, pathErr("open init binary", "open", cfg.InitBinary), cstr(cfg.InitBinary), cnum(fds.initBinary))
+	}
 	// enterRoot, and the working directory Docker creates for a main
 	// process
 	p.op(cinitChroot, wrap("chroot %s", cfg.Root), cstr(cfg.Root))
 	p.op(cinitChdir, wrap("chdir /"), cstr("/"))
 	p.op(cinitMkdirAll, pathErr("create working directory %s", "mkdir", res.cwd, res.cwd), cstr(res.cwd), cnum(0o755))
+	if cfg.InitBinary != "" {
+		// bindFile's steps, after the chroot so that the image's /sbin
+		// (a symbolic link in many images) resolves inside the root.
+		src, dir := fmt.Sprintf("/proc/self/fd/%d", fds.initBinary), filepath.Dir(dockerInitPath)
+		p.op(cinitMkdirAll, pathErr("create %s", "mkdir", dir, dir), cstr(dir), cnum(0o755))
+		p.op(cinitCreate, pathErr("create mount point %s", "open", dockerInitPath, dockerInitPath), cstr(dockerInitPath), cnum(0o755))
+		p.op(cinitMount, wrap("bind %s on %s", src, dockerInitPath), cstr(src), cstr(dockerInitPath), cstr(""), cnum(uintptr(unix.MS_BIND)), cstr(""))
+		remountRO(dockerInitPath)
+	}
 	if cfg.ReadOnly {
 		remountRO("/")
 	}
@@ -371,9 +419,9 @@ func cinitFor(cfg initConfig, procsFd int) (*cinitProgram, error) {
 	p.op(cinitSetgid, wrap("setgid %d", u.GID), cnum(u.GID))
 	p.op(cinitSetuid, wrap("setuid %d", u.UID), cnum(u.UID))
 	p.op(cinitChdir, func(e unix.Errno) error { return cwdError(res.cwd, e) }, cstr(res.cwd))
-	if procsFd > 0 {
-		p.op(cinitWriteFd, wrap("join the container's cgroup"), cnum(procsFd), cstr("0"))
+	if fds.cgroup > 0 && cfg.InitBinary == "" {
+		p.op(cinitWriteFd, wrap("join the container's cgroup"), cnum(fds.cgroup), cstr("0"))
 	}
-	p.op(cinitExec, func(e unix.Errno) error { return execError(res.path, e) }, cstr(res.path), cstrs(spec.Args), cstrs(res.env))
+	p.op(cinitExec, func(e unix.Errno) error { return execError(path, e) }, cstr(path), cstrs(args), cstrs(env))
 	return p, nil
 }

@@ -47,7 +47,7 @@ func TestCInitMatchesGoInit(t *testing.T) {
 		c   *host.Client
 		log *syncBuffer
 	}
-	newAgent := func(initExe string) agentUnderTest {
+	newAgent := func(initExe string, settings *proto.ContainerSettings) agentUnderTest {
 		log := &syncBuffer{}
 		root := makeRoot(t)
 		for _, f := range []struct {
@@ -72,10 +72,27 @@ func TestCInitMatchesGoInit(t *testing.T) {
 		}
 		t.Cleanup(func() { a.Close() })
 		c, _ := (&fixture{agent: a, root: root}).connect(t)
-		setup(t, c)
+		if settings == nil {
+			setup(t, c)
+		} else {
+			// --init's init is this test binary, which needs its
+			// loader and libraries in the root.
+			copyLoader(t, root)
+			if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky", Settings: settings}); err != nil {
+				t.Fatalf("setup: %v", err)
+			}
+		}
 		return agentUnderTest{c, log}
 	}
-	ways := map[string]agentUnderTest{"c": newAgent(cinit), "go": newAgent("")}
+	ways := map[string]agentUnderTest{"c": newAgent(cinit, nil), "go": newAgent("", nil)}
+	withInit := map[string]agentUnderTest{"c": newAgent(cinit, &proto.ContainerSettings{Init: true}), "go": newAgent("", &proto.ContainerSettings{Init: true})}
+	initScript := `tr '\0' ' ' </proc/1/cmdline; echo; [ $$ -ne 1 ] && echo child; grep ' /sbin/docker-init ' /proc/mounts | cut -d' ' -f4 | cut -d, -f1; pwd`
+	initCases := []startCase{
+		{name: "--init", spec: proto.ProcessSpec{Args: []string{"sh", "-c", initScript}, Cwd: "/made/by/init"},
+			stdout: "/sbin/docker-init -- sh -c " + initScript + " \nchild\nro\n/made/by/init\n"},
+		{name: "--init, command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}},
+			kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`},
+	}
 
 	tests := []startCase{
 		{name: "namespaces, mounts and /etc", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
@@ -92,10 +109,14 @@ func TestCInitMatchesGoInit(t *testing.T) {
 			stdout: "102400\n"},
 		{name: "the umask is the agent's", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "umask"}},
 			stdout: fmt.Sprintf("%04o\n", currentUmask())},
-		{name: "missing working directory is created", spec: proto.ProcessSpec{Args: []string{"pwd"}, Cwd: "/new/dir"},
-			stdout: "/new/dir\n", goInit: true},
+		{name: "missing working directory is created", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "pwd; stat -c '%U %a' ."}, User: "app", Cwd: "/new/dir"},
+			stdout: "/new/dir\nroot 755\n"},
+		{name: "working directory under /dev", spec: proto.ProcessSpec{Args: []string{"pwd"}, Cwd: "/dev/work"},
+			stdout: "/dev/work\n"},
+		{name: "working directory is a file", spec: proto.ProcessSpec{Args: []string{"pwd"}, Cwd: "/etc/notexec/dir"},
+			kind: proto.KindInternal, msg: "create working directory /etc/notexec/dir: mkdir /etc/notexec: not a directory"},
 		{name: "user cannot enter root's home", spec: proto.ProcessSpec{Args: []string{"pwd"}, User: "app", Cwd: "/root"},
-			kind: proto.KindPermission, msg: `chdir to cwd ("/root") set in config.json failed: permission denied`, goInit: true},
+			kind: proto.KindPermission, msg: `chdir to cwd ("/root") set in config.json failed: permission denied`},
 		{name: "invalid ulimit", spec: proto.ProcessSpec{Args: []string{"true"}, Rlimits: []proto.Rlimit{{Type: "nope", Soft: 1, Hard: 1}}},
 			kind: proto.KindInvalid, msg: "invalid ulimit type: nope"},
 		{name: "unknown capability", spec: proto.ProcessSpec{Args: []string{"true"}, Capabilities: &proto.Capabilities{Bounding: []string{"CAP_NOPE"}}},
@@ -117,13 +138,50 @@ func TestCInitMatchesGoInit(t *testing.T) {
 	tests = append(tests, identityCases()...)
 	t.Cleanup(func() { threadsShareRoot(t) })
 	n := 0
-	for _, tt := range tests {
-		for _, way := range []string{"c", "go"} {
-			t.Run(tt.name+"/"+way, func(t *testing.T) {
-				a := ways[way]
-				n++
-				checkStart(t, a.c, a.log, fmt.Sprintf("p%d", n), tt, fmt.Sprintf("cinit=%v", way == "c" && !tt.goInit))
-			})
+	run := func(agents map[string]agentUnderTest, tests []startCase) {
+		for _, tt := range tests {
+			for _, way := range []string{"c", "go"} {
+				t.Run(tt.name+"/"+way, func(t *testing.T) {
+					a := agents[way]
+					n++
+					checkStart(t, a.c, a.log, fmt.Sprintf("p%d", n), tt, fmt.Sprintf("cinit=%v", way == "c"))
+				})
+			}
+		}
+	}
+	run(ways, tests)
+	run(withInit, initCases)
+}
+
+// copyLoader copies the dynamic loader and libraries of the test binary
+// (ldd's list) into root, at their paths.
+func copyLoader(t *testing.T, root string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ldd", exe).Output()
+	if err != nil {
+		// A static test binary needs nothing.
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, f := range strings.Fields(line) {
+			if !filepath.IsAbs(f) {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst := filepath.Join(root, f)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst, b, 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

@@ -117,9 +117,6 @@ type startCase struct {
 	stdout string
 	kind   proto.ErrorKind
 	msg    string
-	// goInit: the C init leaves this process to the Go init
-	// (TestCInitMatchesGoInit).
-	goInit bool
 }
 
 // identityCases are the user, groups, home and environment a process gets

@@ -39,9 +39,9 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // user's program has to become PID 1 of a fresh PID namespace with its own
 // /proc, root, user and working directory, so a small init (this binary)
 // does that work and then replaces itself with the program. Main
-// processes without --init go through the C init instead
-// (cinit_linux.go); this one serves --init and the execs the agent cannot
-// start itself (execdirect_linux.go).
+// processes go through the C init instead (cinit_linux.go) where the agent
+// has one; this one serves an agent without it and the execs the agent
+// cannot start itself (execdirect_linux.go).
 //
 // Why the init is started per process and not ahead of time: an init
 // started before the snapshot of a template and handed its descriptors

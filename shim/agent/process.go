@@ -350,23 +350,27 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	var cprog *cinitProgram
 	exe, arg0 := a.opts.Exe, initArg0
 	if targetPid == 0 && a.opts.InitExe != "" && canUseCInit(cfg) {
-		procsFd := 0
+		var fds cinitFds
+		next := firstExtraFd(stdio, consoleChild)
 		if cgroup != "" {
-			procsFd = lastChildFd(stdio, consoleChild)
+			fds.cgroup, next = next, next+1
 		}
-		if cprog, err = cinitFor(cfg, procsFd); err != nil {
+		if cfg.InitBinary != "" {
+			fds.initBinary = next
+		}
+		if cprog, err = cinitFor(cfg, fds); err != nil {
 			if ae := (*agentError)(nil); errors.As(err, &ae) {
 				return nil, ae
 			}
 			return nil, &agentError{proto.KindInternal, err.Error()}
 		}
-		if cprog != nil {
-			exe, arg0 = a.opts.InitExe, cinitArg0
-		}
+		exe, arg0 = a.opts.InitExe, cinitArg0
 	}
 	var cgroupFile *os.File
 	if cgroup != "" {
-		if cprog != nil {
+		// The C init writes its own pid to cgroup.procs; any other init
+		// gets the directory (initConfig.CgroupFd, cgroupFdEnv).
+		if cprog != nil && cfg.InitBinary == "" {
 			cgroupFile, err = os.OpenFile(filepath.Join(cgroup, "cgroup.procs"), os.O_WRONLY, 0)
 		} else {
 			cgroupFile, err = os.Open(cgroup)
@@ -505,11 +509,11 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 
 // initChild prepares the start of the agent's re-executed init (Reexec)
 // with cfg as its configuration (see childFiles.forInit); cgroupDir, when
-// there is one, is the last descriptor, which the init joins itself
+// there is one, is the extra descriptor, which the init joins itself
 // (initConfig.CgroupFd).
 func initChild(files *childFiles, cfg initConfig, stdio []*os.File, console, cgroupDir *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
 	if cgroupDir != nil {
-		cfg.CgroupFd = lastChildFd(stdio, console)
+		cfg.CgroupFd = firstExtraFd(stdio, console)
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -520,9 +524,9 @@ func initChild(files *childFiles, cfg initConfig, stdio []*os.File, console, cgr
 
 // forInit prepares a child init's descriptors: stdio, its configuration
 // (config, written ahead into a pipe), its status pipe, whose read end it
-// returns, then console (the console socket, consoleFd) and last when not
-// nil; last is numbered lastChildFd.
-func (f *childFiles) forInit(config []byte, stdio []*os.File, console, last *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
+// returns, then console (the console socket, consoleFd) when not nil, and
+// the extra ones that are not nil, numbered from firstExtraFd on.
+func (f *childFiles) forInit(config []byte, stdio []*os.File, console *os.File, extra ...*os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
 	r, w, err := f.pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("config pipe: %w", err)
@@ -537,8 +541,10 @@ func (f *childFiles) forInit(config []byte, stdio []*os.File, console, last *os.
 		f.child = append(f.child, console)
 		childFds = append(childFds, console)
 	}
-	if last != nil {
-		childFds = append(childFds, last)
+	for _, e := range extra {
+		if e != nil {
+			childFds = append(childFds, e)
+		}
 	}
 	// The configuration is written before the child runs: a pipe holds
 	// 64 KiB, and a bigger one (a huge environment) has the pipe grown
@@ -556,8 +562,9 @@ func (f *childFiles) forInit(config []byte, stdio []*os.File, console, last *os.
 	return &os.ProcAttr{Env: []string{}, Files: childFds, Sys: &syscall.SysProcAttr{Setsid: true}}, failR, nil
 }
 
-// lastChildFd is the number childFiles.forInit gives its last descriptor.
-func lastChildFd(stdio []*os.File, console *os.File) int {
+// firstExtraFd is the number childFiles.forInit gives its first extra
+// descriptor.
+func firstExtraFd(stdio []*os.File, console *os.File) int {
 	n := len(stdio) + 2 // the configuration and status pipes
 	if console != nil {
 		n++

@@ -63,15 +63,17 @@ func (a *Agent) warm(ctx context.Context, spec proto.WarmSpec) (err error) {
 			}
 		}
 	}()
-	// The program is the agent's own binary, reached through the child's
+	// The program is the init's own binary, reached through the child's
 	// /proc (mounted in the throwaway root), since the blank disks hold
-	// none. A dynamically linked agent (a test binary) would not find its
-	// loader in that root: its init stops short of the exec instead.
-	cfg := initConfig{Root: root, Mounts: true, Process: proto.ProcessSpec{Args: []string{warmArg0}}}
-	if static, err := isStatic("/proc/self/exe"); err == nil && static {
-		cfg.Exe = "/proc/self/exe"
-	} else {
-		cfg.NoExec = true
+	// none: the C init, which exits at once under cinitWarmArg0, or the
+	// agent under warmArg0. A dynamically linked agent (a test binary)
+	// would not find its loader in that root: its init stops short of
+	// the exec instead.
+	cfg := initConfig{Root: root, Mounts: true, Process: proto.ProcessSpec{Args: []string{warmArg0}}, Exe: "/proc/self/exe"}
+	if a.opts.InitExe != "" {
+		cfg.Process.Args = []string{cinitWarmArg0}
+	} else if static, err := isStatic("/proc/self/exe"); err != nil || !static {
+		cfg.Exe, cfg.NoExec = "", true
 	}
 	p, err := a.spawn("warm", cfg, 0, "")
 	if err != nil {

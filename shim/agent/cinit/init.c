@@ -12,6 +12,9 @@
  * empty, and a Go init's runtime start alone took 70-100 ms there before
  * main, against ~26 ms for a static musl program (see cinit_linux.go).
  *
+ * Started as "husk-init-warm" it exits 0 at once: the template's warm-up
+ * execs it as a container's program (warm_linux.go).
+ *
  * On a failing operation the program writes "<index> <errno>" to
  * descriptor 4 (close-on-exec, so a successful exec closes it with nothing
  * written) and exits 127; the agent words the error as the Go init would.
@@ -59,6 +62,7 @@ enum {
 	OP_SEND_TERMINAL, /* fd: a socket to send the master side over */
 	OP_DUP_TERMINAL,  /* fd: make it the slave side */
 	OP_SET_CTTY,      /* make the terminal (stdin) the controlling one */
+	OP_OPEN,          /* path, fd: open path read-only at fd, close-on-exec */
 };
 
 /* The terminal OP_OPEN_TERMINAL opened. */
@@ -350,12 +354,29 @@ static int run(struct reader *r, mode_t umask_before)
 	}
 	case OP_SET_CTTY:
 		return ioctl(0, TIOCSCTTY, 0);
+	case OP_OPEN: {
+		const char *path = str(r);
+		int fd = (int)num(r);
+		if (r->bad)
+			return -2;
+		int opened = open(path, O_RDONLY | O_CLOEXEC);
+		if (opened < 0 || opened == fd)
+			return opened < 0 ? -1 : 0;
+		int rc = dup3(opened, fd, O_CLOEXEC);
+		int err = errno;
+		close(opened);
+		errno = err;
+		return rc < 0 ? -1 : 0;
+	}
 	}
 	return -2;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	/* The template's warm-up execs this program again under this name. */
+	if (argc > 0 && strcmp(argv[0], "husk-init-warm") == 0)
+		return 0;
 	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0)
 		_exit(127);
 	/* Modes in the operations are final; the program gets the umask back. */
