@@ -70,14 +70,11 @@ func run(ctx context.Context, log *slog.Logger) error {
 		// The initramfs carries the init layer (kernel.BuildInitramfs).
 		rootfs.InitLayer, rootfs.HideLostFound = proto.InitLayerDir, proto.HideLostFoundDir
 	}
-	// Main processes start through the C init where the initramfs has it.
-	var cinit string
-	if _, err := os.Stat(proto.ContainerInitPath); err == nil {
-		cinit = proto.ContainerInitPath
-	}
+	// Main processes start through the C init, which huskd packs into
+	// every initramfs beside the agent.
 	a, err := agent.New(agent.Options{
 		Logger:      log,
-		InitExe:     cinit,
+		InitExe:     proto.ContainerInitPath,
 		Rootfs:      rootfs,
 		Network:     agent.ConfigureNetwork,
 		WarmNetwork: agent.WarmNetwork,

@@ -58,12 +58,12 @@ type Options struct {
 	// StateDir holds the agent's own files (the container's /etc/hosts,
 	// /etc/hostname, /etc/resolv.conf). Default /run/husk.
 	StateDir string
-	// Exe is the binary re-executed as the container's init; it must call
+	// Exe is the binary re-executed as an exec's init; it must call
 	// Reexec first thing in main. Default /proc/self/exe.
 	Exe string
 	// InitExe is the C init (cinit/init.c), which starts a container's
-	// main process where it can (cinit_linux.go); empty leaves every
-	// process to Exe.
+	// main process (cinit_linux.go); without it, main processes cannot
+	// start.
 	InitExe string
 	// PowerOff ends the machine after OpShutdown has been answered. Nil
 	// means OpShutdown only stops processes and releases the root.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,10 +22,44 @@ import (
 	"github.com/husk-vm/husk/shim/proto"
 )
 
+// testInitExe is the container init the tests' agents start main
+// processes with (cinit/init.c, built by TestMain), or "" where no C
+// compiler is installed.
+var testInitExe string
+
 func TestMain(m *testing.M) {
-	// The agent re-executes this test binary as the container's init.
+	// The agent re-executes this test binary as an exec's init.
 	agent.Reexec()
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "husk-init-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	testInitExe, err = buildCInit(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildCInit compiles cinit/init.c into dir as make build does, with musl
+// where it is installed. It returns "" where no C compiler is.
+func buildCInit(dir string) (string, error) {
+	cc := "musl-gcc"
+	if _, err := exec.LookPath(cc); err != nil {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return "", nil
+	}
+	out := filepath.Join(dir, "husk-init")
+	if b, err := exec.Command(cc, "-static", "-Os", "-Wall", "-Wextra", "-Werror", "-o", out, "cinit/init.c").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the container init: %v\n%s", err, b)
+	}
+	return out, nil
 }
 
 // testTimeout only guards against a hung test; no assertion depends on it.
@@ -36,6 +71,9 @@ func makeRoot(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: container processes run in new namespaces under chroot")
+	}
+	if testInitExe == "" {
+		t.Skip("needs a C compiler (musl-gcc or cc) to build the container init")
 	}
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
@@ -76,7 +114,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	root := makeRoot(t)
-	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(root), StateDir: t.TempDir()})
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(root), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -734,7 +772,7 @@ func (blockingRootfs) Unmount(context.Context) error { return nil }
 // restart mid-setup) does not hold the next host's session back.
 func TestNextSessionDoesNotWaitForRequests(t *testing.T) {
 	rootfs := blockingRootfs{dir: makeRoot(t), entered: make(chan struct{}), released: make(chan struct{})}
-	a, err := agent.New(agent.Options{Rootfs: rootfs, StateDir: t.TempDir()})
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: rootfs, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -815,7 +853,7 @@ func TestAwaitSetup(t *testing.T) {
 		}
 	})
 	t.Run("failed setup", func(t *testing.T) {
-		a, err := agent.New(agent.Options{Rootfs: failingRootfs{}, StateDir: t.TempDir()})
+		a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: failingRootfs{}, StateDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}

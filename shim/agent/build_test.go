@@ -67,7 +67,7 @@ func oneFileTar(t *testing.T, name, body string) []byte {
 
 func TestLayerOpsOverTheWire(t *testing.T) {
 	lr := &layerRoot{DirRootfs: agent.DirRootfs(t.TempDir())}
-	a, err := agent.New(agent.Options{Rootfs: lr, StateDir: t.TempDir()})
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: lr, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

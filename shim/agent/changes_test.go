@@ -91,7 +91,7 @@ func overlayTree(t *testing.T) (upper, lower string) {
 func TestChangesAndDiffLayerOverTheWire(t *testing.T) {
 	upper, lower := overlayTree(t)
 	dr := &diffRoot{DirRootfs: agent.DirRootfs(t.TempDir()), upper: upper, lower: lower}
-	a, err := agent.New(agent.Options{Rootfs: dr, StateDir: t.TempDir()})
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: dr, StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

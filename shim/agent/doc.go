@@ -13,8 +13,7 @@
 // over a close-on-exec pipe. The init is a small C program that carries
 // out steps the agent works out (cinit_linux.go, cinit/init.c): a Go
 // init's runtime start cost every container started from a template tens
-// of milliseconds. An agent without the C init (a test's) re-executes its
-// own binary as the init instead (Reexec). A docker exec joins every
+// of milliseconds. A docker exec joins every
 // namespace of the main process instead (joinns_linux.go), so it sees the
 // container's mounts; the IPC, network and cgroup namespaces are the
 // guest's own, which the guest gives the container alone. Most execs skip

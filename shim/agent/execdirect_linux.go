@@ -41,7 +41,7 @@ import (
 // (cfg.Process.ExecOf) into a running container, can be started directly.
 func canExecDirectly(cfg initConfig) bool {
 	return cfg.Process.ExecOf != "" && len(cfg.Process.Rlimits) == 0 &&
-		!cfg.Mounts && cfg.InitBinary == "" && cfg.Exe == "" && !cfg.NoExec
+		!cfg.Mounts && cfg.InitBinary == "" && cfg.Exe == ""
 }
 
 // execDirectly starts cfg's program with stdio as its standard streams, in

@@ -30,7 +30,7 @@ import (
 func TestExecDirectMatchesInit(t *testing.T) {
 	var log syncBuffer
 	root := makeRoot(t)
-	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(root), StateDir: t.TempDir(),
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(root), StateDir: t.TempDir(),
 		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -32,34 +31,22 @@ const (
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Reexec must run first in main (and TestMain) of any binary that runs an
-// Agent. In the agent's re-executed child it prepares the container process
-// and execs it, never returning; elsewhere it returns at once.
+// Agent. In the agent's re-executed children (an exec's init, --init's
+// init, the archive helper) it does their work and never returns;
+// elsewhere it returns at once.
 //
-// The child exists because Go cannot run code between fork and exec: the
-// user's program has to become PID 1 of a fresh PID namespace with its own
-// /proc, root, user and working directory, so a small init (this binary)
-// does that work and then replaces itself with the program. Main
-// processes go through the C init instead (cinit_linux.go) where the agent
-// has one; this one serves an agent without it and the execs the agent
-// cannot start itself (execdirect_linux.go).
-//
-// Why the init is started per process and not ahead of time: an init
-// started before the snapshot of a template and handed its descriptors
-// on OpStart was built and measured on the 2-core development host
-// (TCG, minimal kernel). From the end of the setup to the exec it took
-// 84-125 ms against 96-104 ms for the re-executed one, and `docker run
-// --rm` medians were 548 ms against 546 ms over 15 interleaved runs. On
-// the Debian kernel the Go runtime's start later proved a large share of
-// the init after a restore, which the C init does without (cinit_linux.go).
+// The init serves the execs that need resource limits: Go cannot run code
+// between fork and exec, and limits set in the agent would be the agent's
+// own, so a child (this binary) sets them and then replaces itself with
+// the program. The agent starts every other exec itself
+// (execdirect_linux.go), and a container's main process goes through the
+// C init (cinit_linux.go).
 func Reexec() {
 	if len(os.Args) > 0 && os.Args[0] == archiveArg0 {
 		runArchiveHelper()
 	}
 	if len(os.Args) > 0 && os.Args[0] == dockerInitPath {
 		runDockerInit(os.Args[1:])
-	}
-	if len(os.Args) > 0 && os.Args[0] == warmArg0 {
-		os.Exit(0)
 	}
 	if len(os.Args) == 0 || os.Args[0] != initArg0 {
 		return
@@ -91,52 +78,16 @@ func containerInit() error {
 	// The cgroup is joined only right before the exec: the Go runtime's
 	// threads of this init would otherwise count against (and, under a
 	// small pids limit, fail on) the limit; a join is not refused by
-	// pids.max, only forks are. Under --init the init's child is started
-	// in it instead, and the init itself stays out, as its threads would
-	// count for as long as it runs.
+	// pids.max, only forks are.
 	procsFd := 0
-	if cfg.CgroupFd > 0 && cfg.InitBinary == "" {
+	if cfg.CgroupFd > 0 {
 		if procsFd, err = openCgroupProcs(cfg.CgroupFd); err != nil {
 			return err
 		}
 	}
-
-	if cfg.Mounts {
-		if err := prepareRoot(cfg); err != nil {
-			return err
-		}
-	}
-	// The init binary is bound after the chroot, so that the image's
-	// /sbin (a symlink in many images) resolves inside the container.
-	var initBinary *os.File
-	if cfg.InitBinary != "" {
-		f, err := os.Open(cfg.InitBinary)
-		if err != nil {
-			return fmt.Errorf("open init binary: %w", err)
-		}
-		defer f.Close()
-		initBinary = f
-	}
 	u, env, cwd, err := enterRoot(cfg)
 	if err != nil {
 		return err
-	}
-	// Docker creates a missing working directory, owned by root, for a
-	// container's main process; an exec into a missing one fails (runc).
-	if cfg.Mounts {
-		if err := os.MkdirAll(cwd, 0o755); err != nil {
-			return fmt.Errorf("create working directory %s: %w", cwd, err)
-		}
-		if initBinary != nil {
-			if err := bindFile(fmt.Sprintf("/proc/self/fd/%d", initBinary.Fd()), dockerInitPath, true); err != nil {
-				return err
-			}
-		}
-		if cfg.ReadOnly {
-			if err := remountReadOnly("/"); err != nil {
-				return err
-			}
-		}
 	}
 	if err := applyRlimits(spec.Rlimits); err != nil {
 		return err
@@ -164,28 +115,14 @@ func containerInit() error {
 	if err := unix.Chdir(cwd); err != nil {
 		return cwdError(cwd, err)
 	}
-
-	if cfg.NoExec {
-		os.Exit(0)
-	}
-	path := cfg.Exe
-	if path == "" {
-		if path, err = lookPath(spec.Args[0], envValue(env, "PATH")); err != nil {
-			return err
-		}
-	}
-	if cfg.InitBinary != "" {
-		// The init finds the program again through PATH, as tini does.
-		path = dockerInitPath
-		spec.Args = append([]string{dockerInitPath, "--"}, spec.Args...)
+	path, err := lookPath(spec.Args[0], envValue(env, "PATH"))
+	if err != nil {
+		return err
 	}
 	if procsFd > 0 {
 		if err := joinCgroup(procsFd); err != nil {
 			return err
 		}
-	}
-	if cfg.InitBinary != "" && cfg.CgroupFd > 0 {
-		env = append(env, cgroupFdEnv+"="+strconv.Itoa(cfg.CgroupFd))
 	}
 	return execError(path, unix.Exec(path, spec.Args, env))
 }
@@ -375,70 +312,6 @@ func deviceNodePath(dev string, d proto.Device) (string, error) {
 	return filepath.Join(dev, rel), nil
 }
 
-// prepareRoot gives the container its own view of the kernel filesystems,
-// as runc does: it runs in the child's private mount namespace, so nothing
-// here is visible to the agent or outlives the container's PID namespace.
-func prepareRoot(cfg initConfig) error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
-	if cfg.Hostname != "" {
-		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-			return fmt.Errorf("set hostname: %w", err)
-		}
-	}
-	for _, m := range rootMounts(cfg) {
-		target := filepath.Join(cfg.Root, m.Target)
-		if err := os.MkdirAll(target, 0o755); err != nil {
-			return fmt.Errorf("create mount point %s: %w", target, err)
-		}
-		if err := unix.Mount(m.Source, target, m.FSType, m.Flags, m.Data); err != nil {
-			return fmt.Errorf("mount %s on %s: %w", m.FSType, target, err)
-		}
-	}
-	if err := populateDev(filepath.Join(cfg.Root, "dev"), cfg.Devices); err != nil {
-		return err
-	}
-	return bindEtcFiles(cfg.Root, cfg.EtcDir, cfg.ReadOnly)
-}
-
-// populateDev creates the device nodes and links runc puts in a
-// container's /dev, then the --device nodes (which may replace them).
-func populateDev(dev string, extra []proto.Device) error {
-	old := unix.Umask(0)
-	defer unix.Umask(old)
-	for _, n := range devNodes() {
-		path := filepath.Join(dev, n.Name)
-		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(n.Major, n.Minor))); err != nil {
-			return fmt.Errorf("create %s: %w", path, err)
-		}
-	}
-	for _, l := range devLinks() {
-		if err := os.Symlink(l[0], filepath.Join(dev, l[1])); err != nil {
-			return fmt.Errorf("create /dev/%s: %w", l[1], err)
-		}
-	}
-	for _, d := range extra {
-		path, err := deviceNodePath(dev, d)
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return fmt.Errorf("create device %s: %w", d.Path, err)
-		}
-		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("create device %s: %w", d.Path, err)
-		}
-		if err := unix.Mknod(path, unix.S_IFCHR|d.Mode&0o7777, int(unix.Mkdev(d.Major, d.Minor))); err != nil {
-			return fmt.Errorf("create device %s: %w", d.Path, err)
-		}
-		if err := os.Lchown(path, int(d.UID), int(d.GID)); err != nil {
-			return fmt.Errorf("create device %s: %w", d.Path, err)
-		}
-	}
-	return nil
-}
-
 // etcBind is one of the agent's /etc files bound over the container's.
 type etcBind struct {
 	Src, Dst string
@@ -476,30 +349,4 @@ func etcBinds(root, etcDir string) ([]etcBind, error) {
 		}
 	}
 	return binds, nil
-}
-
-// bindEtcFiles binds etcBinds(root, etcDir), read-only under readOnly.
-func bindEtcFiles(root, etcDir string, readOnly bool) error {
-	binds, err := etcBinds(root, etcDir)
-	if err != nil {
-		return err
-	}
-	for _, b := range binds {
-		if b.Create {
-			f, err := os.OpenFile(b.Dst, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err != nil {
-				return fmt.Errorf("create mount point %s: %w", b.Dst, err)
-			}
-			f.Close()
-		}
-		if err := unix.Mount(b.Src, b.Dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s on %s: %w", b.Src, b.Dst, err)
-		}
-		if readOnly {
-			if err := remountReadOnly(b.Dst); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

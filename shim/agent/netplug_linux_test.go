@@ -41,7 +41,7 @@ func (f *fakeInterfaces) Remove(_ context.Context, ifc proto.InterfaceSpec, rout
 
 func netplugClient(t *testing.T, ifs agent.Interfaces, stateDir string) *host.Client {
 	t.Helper()
-	opts := agent.Options{Rootfs: agent.DirRootfs(t.TempDir()), StateDir: stateDir}
+	opts := agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(t.TempDir()), StateDir: stateDir}
 	if ifs != nil {
 		opts.Interfaces = ifs
 	}

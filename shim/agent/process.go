@@ -186,9 +186,6 @@ type initConfig struct {
 	// Exe, when set, is run instead of the program Process.Args[0] names
 	// (OpWarm's /proc/self/exe).
 	Exe string `json:"exe,omitempty"`
-	// NoExec makes the init exit 0 where it would exec (OpWarm without a
-	// program it can run).
-	NoExec bool `json:"noExec,omitempty"`
 	// LastCap is the kernel's last capability, up to which the bounding
 	// set is dropped (lastCapability).
 	LastCap int `json:"lastCap"`
@@ -346,10 +343,16 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	}
 	stdio := []*os.File{stdinR, outW, errW}
 	files.child = append(files.child, stdio...)
-	// The C init (cinit_linux.go) starts a main process where it can.
+	// The C init (cinit_linux.go) starts a main process.
 	var cprog *cinitProgram
 	exe, arg0 := a.opts.Exe, initArg0
-	if targetPid == 0 && a.opts.InitExe != "" && canUseCInit(cfg) {
+	if targetPid == 0 {
+		if a.opts.InitExe == "" {
+			return nil, internal("start the init", errors.New("the agent has no container init (Options.InitExe)"))
+		}
+		if err := nulError(cfg); err != nil {
+			return nil, err
+		}
 		var fds cinitFds
 		next := firstExtraFd(stdio, consoleChild)
 		if cgroup != "" {

@@ -67,7 +67,7 @@ func refreshClient(t *testing.T, r agent.Refresher) *host.Client {
 
 func refreshClientIn(t *testing.T, r agent.Refresher, stateDir string) *host.Client {
 	t.Helper()
-	return serveAgent(t, agent.Options{Rootfs: agent.DirRootfs(t.TempDir()), StateDir: stateDir, Refresher: r})
+	return serveAgent(t, agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(t.TempDir()), StateDir: stateDir, Refresher: r})
 }
 
 // serveAgent runs an agent with opts on one end of a pipe, for as long as
@@ -175,7 +175,7 @@ func TestRefreshSkipsUnchangedNetwork(t *testing.T) {
 	f := &fakeRefresher{}
 	var configured int
 	c := serveAgent(t, agent.Options{
-		Rootfs: agent.DirRootfs(t.TempDir()), StateDir: t.TempDir(), Refresher: f, Interfaces: &fakeInterfaces{},
+		InitExe: testInitExe, Rootfs: agent.DirRootfs(t.TempDir()), StateDir: t.TempDir(), Refresher: f, Interfaces: &fakeInterfaces{},
 		Network: func(context.Context, *proto.NetworkSpec) error { configured++; return nil },
 	})
 	if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "abc", Network: atSetup}); err != nil {
@@ -280,7 +280,7 @@ func TestConnectWithRefresh(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeRefresher{fail: tc.fail}
-			a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(t.TempDir()), StateDir: t.TempDir(), Refresher: f})
+			a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(t.TempDir()), StateDir: t.TempDir(), Refresher: f})
 			if err != nil {
 				t.Fatal(err)
 			}
