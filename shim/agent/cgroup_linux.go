@@ -153,7 +153,8 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 }
 
 // cgroupFdEnv hands --init's init the container's cgroup (a descriptor
-// number): it starts its child there and drops the variable.
+// number): it starts its child there and drops the variable. Keep in step
+// with cinit/init.c.
 const cgroupFdEnv = "HUSK_CGROUP_FD"
 
 // openCgroupProcs opens cgroup.procs of the cgroup directory at dirFd and

@@ -56,6 +56,12 @@ const (
 	cinitWarmArg0 = "husk-init-warm"
 )
 
+// dockerInitPath is where --init's init appears in the container, as
+// dockerd mounts tini there: the C init's own binary, bound read-only,
+// which runs as tini does by default under that name (cinit/init.c), so a
+// `ps` in the container shows what it shows under dockerd.
+const dockerInitPath = "/sbin/docker-init"
+
 // Operation codes; keep in step with cinit/init.c.
 const (
 	cinitMkdirAll byte = iota + 1

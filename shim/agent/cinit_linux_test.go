@@ -3,10 +3,11 @@
 package agent_test
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -51,15 +52,8 @@ func TestMainProcessStart(t *testing.T) {
 		}
 		t.Cleanup(func() { a.Close() })
 		c, _ := (&fixture{agent: a, root: root}).connect(t)
-		if settings == nil {
-			setup(t, c)
-		} else {
-			// --init's init is this test binary, which needs its
-			// loader and libraries in the root.
-			copyLoader(t, root)
-			if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky", Settings: settings}); err != nil {
-				t.Fatalf("setup: %v", err)
-			}
+		if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky", Settings: settings}); err != nil {
+			t.Fatalf("setup: %v", err)
 		}
 		return agentUnderTest{c, log}
 	}
@@ -128,36 +122,68 @@ func TestMainProcessStart(t *testing.T) {
 	run(withInit, initCases)
 }
 
-// copyLoader copies the dynamic loader and libraries of the test binary
-// (ldd's list) into root, at their paths.
-func copyLoader(t *testing.T, root string) {
-	t.Helper()
-	exe, err := os.Executable()
+// TestDockerInit: under --init the C init's binary is PID 1 as tini would
+// be: the command's exit code is its own, a command killed by a signal
+// exits 128+signal, signals sent to the container reach the command, and
+// orphans are reaped.
+func TestDockerInit(t *testing.T) {
+	f := &fixture{root: makeRoot(t)}
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(f.root), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("ldd", exe).Output()
-	if err != nil {
-		// A static test binary needs nothing.
-		return
+	t.Cleanup(func() { a.Close() })
+	f.agent = a
+	c, _ := f.connect(t)
+	if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky", Settings: &proto.ContainerSettings{Init: true}}); err != nil {
+		t.Fatalf("setup: %v", err)
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		for _, f := range strings.Fields(line) {
-			if !filepath.IsAbs(f) {
-				continue
-			}
-			b, err := os.ReadFile(f)
+	tests := []struct {
+		name   string
+		script string
+		signal bool // send SIGTERM once the script printed "ready"
+		stdout string
+		code   int
+	}{
+		{name: "exit code", script: "exit 3", code: 3},
+		{name: "killed by a signal", script: "kill -KILL $$", code: 137},
+		{name: "signal forwarded", script: `trap "exit 7" TERM; echo ready; while :; do sleep 0.1; done`, signal: true, stdout: "ready\n", code: 7},
+		{name: "orphans reaped", script: `sh -c "sleep 0.1 &"; sleep 1; echo $(cat /proc/[0-9]*/stat | grep -c ') Z ')`, stdout: "0\n"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := c.Start(ctx(t), fmt.Sprintf("d%d", i), proto.ProcessSpec{Args: []string{"sh", "-c", tt.script}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			dst := filepath.Join(root, f)
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			out, err := p.Stdout(ctx(t))
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(dst, b, 0o755); err != nil {
+			if tt.signal {
+				ready := make([]byte, len("ready\n"))
+				if _, err := io.ReadFull(out, ready); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Signal(ctx(t), syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				out = io.NopCloser(io.MultiReader(bytes.NewReader(ready), out))
+			}
+			// Waited for first: a command that never ends fails the
+			// wait (testTimeout), where reading its output would hang.
+			exit, err := p.Wait(ctx(t))
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
+			b, err := io.ReadAll(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tt.stdout || exit.Code != tt.code {
+				t.Errorf("stdout %q, exit %+v; want %q, code %d", b, exit, tt.stdout, tt.code)
+			}
+		})
 	}
 }
 

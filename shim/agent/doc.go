@@ -28,7 +28,7 @@
 // static agent needs no further module; the output buffering (output.go) is
 // specific to the guarantee that nothing is lost between sessions.
 //
-// --init's init is the agent binary too (dockerinit_linux.go), bound at
+// --init's init is the C init's binary too (cinit/init.c), bound at
 // /sbin/docker-init where dockerd puts tini: it does what tini does by
 // default (run the command in its own process group, forward signals,
 // reap orphans, exit as the command did) in some sixty lines, where

@@ -31,8 +31,8 @@ const (
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Reexec must run first in main (and TestMain) of any binary that runs an
-// Agent. In the agent's re-executed children (an exec's init, --init's
-// init, the archive helper) it does their work and never returns;
+// Agent. In the agent's re-executed children (an exec's init, the archive
+// helper) it does their work and never returns;
 // elsewhere it returns at once.
 //
 // The init serves the execs that need resource limits: Go cannot run code
@@ -44,9 +44,6 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 func Reexec() {
 	if len(os.Args) > 0 && os.Args[0] == archiveArg0 {
 		runArchiveHelper()
-	}
-	if len(os.Args) > 0 && os.Args[0] == dockerInitPath {
-		runDockerInit(os.Args[1:])
 	}
 	if len(os.Args) == 0 || os.Args[0] != initArg0 {
 		return

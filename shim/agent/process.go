@@ -177,8 +177,9 @@ type initConfig struct {
 	Mounts   bool              `json:"mounts"` // set up /proc, /sys, /dev and /etc binds
 	Process  proto.ProcessSpec `json:"process"`
 	// ShmSize, ReadOnly and InitBinary carry the main process's share of
-	// proto.ContainerSettings; InitBinary is the agent's own binary, bound
-	// at dockerInitPath for --init.
+	// proto.ContainerSettings; InitBinary is the C init's own binary,
+	// bound at dockerInitPath for --init, where it runs as tini does
+	// (cinit/init.c).
 	ShmSize    int64          `json:"shmSize,omitempty"`
 	ReadOnly   bool           `json:"readOnly,omitempty"`
 	InitBinary string         `json:"initBinary,omitempty"`
@@ -228,12 +229,9 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	if settings != nil {
 		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
 		if settings.Init {
-			exe, err := os.Executable()
-			if err != nil {
-				return nil, &agentError{proto.KindInternal, fmt.Sprintf("start %s: find the init binary: %v", id, err)}
-			}
-			cfg.InitBinary = exe
+			cfg.InitBinary = a.opts.InitExe
 		}
+
 	}
 	var targetPid int
 	if spec.ExecOf != "" {

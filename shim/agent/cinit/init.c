@@ -13,7 +13,9 @@
  * main, against ~26 ms for a static musl program (see cinit_linux.go).
  *
  * Started as "husk-init-warm" it exits 0 at once: the template's warm-up
- * execs it as a container's program (warm_linux.go).
+ * execs it as a container's program (warm_linux.go). Started as
+ * /sbin/docker-init, where the init binds itself for --init, it is that
+ * init (docker_init below).
  *
  * On a failing operation the program writes "<index> <errno>" to
  * descriptor 4 (close-on-exec, so a successful exec closes it with nothing
@@ -32,10 +34,23 @@
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+/* clone3's arguments up to the cgroup (struct clone_args, Linux 5.7). */
+struct clone_args_v2 {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack,
+		stack_size, tls, set_tid, set_tid_size, cgroup;
+};
 
 /* Keep in step with cinitOp in cinit_linux.go. */
 enum {
@@ -372,11 +387,83 @@ static int run(struct reader *r, mode_t umask_before)
 	return -2;
 }
 
+/*
+ * docker_init is --init's init ("docker-init -- CMD ARGS..."), doing what
+ * tini does by default: it runs the command as its child in a process
+ * group of its own (in the foreground of a terminal), forwards every
+ * signal to it, reaps every orphan that ends up with it, and exits as the
+ * child did (128+signal when killed). HUSK_CGROUP_FD names the container's
+ * cgroup, when the agent keeps one: the child is born in it (clone3's
+ * CLONE_INTO_CGROUP), so no fork of the command escapes its pids limit,
+ * while this init stays out, as under the agent's accounting before.
+ */
+static int docker_init(char **args)
+{
+	if (*args != NULL && strcmp(*args, "--") == 0)
+		args++;
+	if (*args == NULL) {
+		fputs("docker-init: no command given\n", stderr);
+		return 1;
+	}
+	sigset_t all, before;
+	sigfillset(&all);
+	sigprocmask(SIG_BLOCK, &all, &before);
+	struct clone_args_v2 ca = {.exit_signal = SIGCHLD};
+	const char *fd = getenv("HUSK_CGROUP_FD");
+	if (fd != NULL) {
+		char *end;
+		long n = strtol(fd, &end, 10);
+		if (*fd != 0 && *end == 0 && n > 2 && n < 1 << 20) {
+			fcntl((int)n, F_SETFD, FD_CLOEXEC);
+			ca.flags = CLONE_INTO_CGROUP;
+			ca.cgroup = (uint64_t)n;
+		}
+		unsetenv("HUSK_CGROUP_FD");
+	}
+	long child = syscall(SYS_clone3, &ca, sizeof ca);
+	if (child < 0) {
+		fprintf(stderr, "docker-init: exec %s failed: %s\n", args[0], strerror(errno));
+		return 127;
+	}
+	if (child == 0) {
+		setpgid(0, 0);
+		if (isatty(0)) {
+			pid_t self = getpid();
+			ioctl(0, TIOCSPGRP, &self);
+		}
+		sigprocmask(SIG_SETMASK, &before, NULL);
+		execvp(args[0], args);
+		fprintf(stderr, "docker-init: exec %s failed: %s\n", args[0], strerror(errno));
+		_exit(127);
+	}
+	for (;;) {
+		int sig = sigwaitinfo(&all, NULL);
+		if (sig < 0)
+			continue;
+		if (sig != SIGCHLD) {
+			kill((pid_t)child, sig);
+			continue;
+		}
+		int status, done = 0, code = 0;
+		pid_t pid;
+		while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+			if (pid != (pid_t)child)
+				continue;
+			done = 1;
+			code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+		}
+		if (done)
+			return code;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	/* The template's warm-up execs this program again under this name. */
 	if (argc > 0 && strcmp(argv[0], "husk-init-warm") == 0)
 		return 0;
+	if (argc > 0 && strcmp(argv[0], "/sbin/docker-init") == 0)
+		return docker_init(argv + 1);
 	if (fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0)
 		_exit(127);
 	/* Modes in the operations are final; the program gets the umask back. */
