@@ -18,7 +18,8 @@ import (
 )
 
 func main() {
-	// In the agent's re-executed child this becomes the container process.
+	// In the agent's re-executed archive helper this does the helper's
+	// work and never returns.
 	agent.Reexec()
 
 	console, err := os.OpenFile("/dev/console", os.O_WRONLY, 0)

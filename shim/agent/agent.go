@@ -58,8 +58,8 @@ type Options struct {
 	// StateDir holds the agent's own files (the container's /etc/hosts,
 	// /etc/hostname, /etc/resolv.conf). Default /run/husk.
 	StateDir string
-	// Exe is the binary re-executed as an exec's init; it must call
-	// Reexec first thing in main. Default /proc/self/exe.
+	// Exe is the agent's binary, re-executed as the archive helper; it
+	// must call Reexec first thing in main. Default /proc/self/exe.
 	Exe string
 	// InitExe is the C init (cinit/init.c), which starts a container's
 	// main process (cinit_linux.go); without it, main processes cannot

@@ -28,7 +28,7 @@ import (
 var testInitExe string
 
 func TestMain(m *testing.M) {
-	// The agent re-executes this test binary as an exec's init.
+	// The agent re-executes this test binary as its archive helper.
 	agent.Reexec()
 	dir, err := os.MkdirTemp("", "husk-init-")
 	if err != nil {

@@ -156,25 +156,3 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 // number): it starts its child there and drops the variable. Keep in step
 // with cinit/init.c.
 const cgroupFdEnv = "HUSK_CGROUP_FD"
-
-// openCgroupProcs opens cgroup.procs of the cgroup directory at dirFd and
-// closes dirFd. The init calls it while still root: a write's permission
-// is checked against the opener's credentials.
-func openCgroupProcs(dirFd int) (int, error) {
-	defer unix.Close(dirFd)
-	fd, err := unix.Openat(dirFd, "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("open the container's cgroup: %w", err)
-	}
-	return fd, nil
-}
-
-// joinCgroup moves the calling process, the container's init about to
-// exec, into the cgroup whose cgroup.procs is open at fd.
-func joinCgroup(fd int) error {
-	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte("0")); err != nil {
-		return fmt.Errorf("join the container's cgroup: %w", err)
-	}
-	return nil
-}

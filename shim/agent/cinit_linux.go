@@ -20,8 +20,8 @@ import (
 )
 
 // The C init (cinit/init.c, Options.InitExe) starts a container's main
-// process. It replaced the re-executed agent (Reexec), which now serves
-// only execs with resource limits.
+// process, and the execs the agent cannot start itself (startExecInit).
+// It replaced the agent's own binary, re-executed as a Go init.
 //
 // Why: the main process has to be PID 1 of a new PID namespace with that
 // namespace's /proc mounted, and only a process inside the namespace can
@@ -88,6 +88,7 @@ const (
 	cinitDupTerminal
 	cinitSetCtty
 	cinitOpen
+	cinitCloseOnExec
 )
 
 // cinitProgram is the C init's encoded operations, and for each the error
@@ -295,17 +296,7 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 		return nil, err
 	}
 	spec := cfg.Process
-	type limit struct {
-		resource int
-		value    unix.Rlimit
-	}
-	limits := make([]limit, len(spec.Rlimits))
-	for i, l := range spec.Rlimits {
-		if limits[i].resource, limits[i].value, err = rlimitOf(l); err != nil {
-			return nil, err
-		}
-	}
-	drop, err := capabilitiesToDrop(spec.Capabilities, cfg.LastCap)
+	limits, drop, err := processLimits(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -331,14 +322,7 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 	}
 
 	p := &cinitProgram{}
-	wrap := func(format string, args ...any) func(unix.Errno) error {
-		return func(e unix.Errno) error { return fmt.Errorf(format+": %w", append(args, e)...) }
-	}
-	pathErr := func(format, op, path string, args ...any) func(unix.Errno) error {
-		return func(e unix.Errno) error {
-			return fmt.Errorf(format+": %w", append(args, &fs.PathError{Op: op, Path: path, Err: e})...)
-		}
-	}
+	wrap, pathErr := errnoError, errnoPathError
 	remountRO := func(path string) {
 		p.op(cinitMount, wrap("remount %s read-only", path), cstr(""), cstr(path), cstr(""), cnum(uintptr(unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY)), cstr(""))
 	}
@@ -391,8 +375,8 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 	p.op(cinitChdir, wrap("chdir /"), cstr("/"))
 	p.op(cinitMkdirAll, pathErr("create working directory %s", "mkdir", res.cwd, res.cwd), cstr(res.cwd), cnum(0o755))
 	if cfg.InitBinary != "" {
-		// bindFile's steps, after the chroot so that the image's /sbin
-		// (a symbolic link in many images) resolves inside the root.
+		// Bound after the chroot, so that the image's /sbin (a
+		// symbolic link in many images) resolves inside the root.
 		src, dir := fmt.Sprintf("/proc/self/fd/%d", fds.initBinary), filepath.Dir(dockerInitPath)
 		p.op(cinitMkdirAll, pathErr("create %s", "mkdir", dir, dir), cstr(dir), cnum(0o755))
 		p.op(cinitCreate, pathErr("create mount point %s", "open", dockerInitPath, dockerInitPath), cstr(dockerInitPath), cnum(0o755))
@@ -402,6 +386,57 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 	if cfg.ReadOnly {
 		remountRO("/")
 	}
+	procsFd := fds.cgroup
+	if cfg.InitBinary != "" {
+		procsFd = 0 // --init's init starts its child in the cgroup
+	}
+	p.processOps(spec, limits, drop, res.user, res.cwd, procsFd, path, args, env)
+	return p, nil
+}
+
+// errnoError and errnoPathError word an operation's errno as the Go
+// functions the inits used do: fmt.Errorf(format+": %w", args..., errno),
+// with the errno in an fs.PathError for the second.
+func errnoError(format string, args ...any) func(unix.Errno) error {
+	return func(e unix.Errno) error { return fmt.Errorf(format+": %w", append(args, e)...) }
+}
+
+func errnoPathError(format, op, path string, args ...any) func(unix.Errno) error {
+	return func(e unix.Errno) error {
+		return fmt.Errorf(format+": %w", append(args, &fs.PathError{Op: op, Path: path, Err: e})...)
+	}
+}
+
+// checkedRlimit is one of a process's resource limits, checked.
+type checkedRlimit struct {
+	resource int
+	value    unix.Rlimit
+}
+
+// processLimits checks the limits and the capabilities of cfg's process
+// before anything is started, as an init refused them first.
+func processLimits(cfg initConfig) ([]checkedRlimit, []int, error) {
+	spec := cfg.Process
+	limits := make([]checkedRlimit, len(spec.Rlimits))
+	for i, l := range spec.Rlimits {
+		var err error
+		if limits[i].resource, limits[i].value, err = rlimitOf(l); err != nil {
+			return nil, nil, err
+		}
+	}
+	drop, err := capabilitiesToDrop(spec.Capabilities, cfg.LastCap)
+	if err != nil {
+		return nil, nil, err
+	}
+	return limits, drop, nil
+}
+
+// processOps appends what every process's init does once it is in the
+// process's root: the limits, the bounding set, the terminal, the
+// credentials, the working directory, the cgroup (its cgroup.procs at
+// procsFd, when not 0) and the exec.
+func (p *cinitProgram) processOps(spec proto.ProcessSpec, limits []checkedRlimit, drop []int, u execUser, cwd string, procsFd int, path string, args, env []string) {
+	wrap, pathErr := errnoError, errnoPathError
 	for i, l := range limits {
 		p.op(cinitSetrlimit, func(e unix.Errno) error { return setrlimitError(spec.Rlimits[i], e) },
 			cnum(l.resource), cnum(l.value.Cur), cnum(l.value.Max))
@@ -409,10 +444,11 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 	for _, c := range drop {
 		p.op(cinitCapbsetDrop, wrap("drop capability %d from the bounding set", c), cnum(c))
 	}
-	u := res.user
 	if spec.Terminal {
-		// setupTerminal's steps; the console socket is at consoleFd, as
-		// for an exec's Go init.
+		// A terminal in the container's own devpts instance (so that
+		// tty names a device that exists there, as under runc) becomes
+		// the stdio and controlling terminal; its master side goes to
+		// the agent over consoleFd.
 		p.op(cinitOpenTerminal, pathErr("open a terminal in the container's /dev/pts", "open", "/dev/ptmx"))
 		if size := spec.ConsoleSize; size != nil && size.Rows > 0 && size.Cols > 0 {
 			p.op(cinitTerminalSize, wrap("set terminal size"), cnum(uint64(size.Rows)), cnum(uint64(size.Cols)))
@@ -427,10 +463,65 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 	p.op(cinitSetgroups, wrap("setgroups %v", u.Groups), cnums(u.Groups))
 	p.op(cinitSetgid, wrap("setgid %d", u.GID), cnum(u.GID))
 	p.op(cinitSetuid, wrap("setuid %d", u.UID), cnum(u.UID))
-	p.op(cinitChdir, func(e unix.Errno) error { return cwdError(res.cwd, e) }, cstr(res.cwd))
-	if fds.cgroup > 0 && cfg.InitBinary == "" {
-		p.op(cinitWriteFd, wrap("join the container's cgroup"), cnum(fds.cgroup), cstr("0"))
+	p.op(cinitChdir, func(e unix.Errno) error { return cwdError(cwd, e) }, cstr(cwd))
+	if procsFd > 0 {
+		p.op(cinitWriteFd, wrap("join the container's cgroup"), cnum(procsFd), cstr("0"))
 	}
 	p.op(cinitExec, func(e unix.Errno) error { return execError(path, e) }, cstr(path), cstrs(args), cstrs(env))
-	return p, nil
+}
+
+// startExecInit starts an exec that has resource limits through the C
+// init: limits are per process, so they must be set in the exec's own
+// process before its exec, which Go cannot run code in (execDirectly
+// starts every other exec). Like execDirectly it runs on a locked thread
+// inside the container's namespaces (inNamespacesOf) and works out the
+// user, environment, working directory and program there, chrooted into
+// the container's root; the init inherits that root and carries out the
+// rest. initExe is opened before the chroot and run through /proc/self/fd.
+// procs, when not nil, is the container's cgroup.procs. The returned
+// status pipe and program say how the init failed, if it did.
+func startExecInit(files *childFiles, cfg initConfig, initExe string, stdio []*os.File, console, procs *os.File) (_ *os.Process, _ *cinitProgram, failR *os.File, _ error) {
+	exe, err := os.Open(initExe)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("open the container init: %w", err)
+	}
+	files.child = append(files.child, exe)
+	spec := cfg.Process
+	u, env, cwd, err := enterRoot(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	limits, drop, err := processLimits(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var path string
+	err = withFileCredentials(u, func() error {
+		if err := unix.Chdir(cwd); err != nil {
+			return cwdError(cwd, err)
+		}
+		var err error
+		path, err = lookPath(spec.Args[0], envValue(env, "PATH"))
+		return err
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	procsFd, exeFd := 0, firstExtraFd(stdio, console)
+	if procs != nil {
+		procsFd, exeFd = exeFd, exeFd+1
+	}
+	p := &cinitProgram{}
+	// The program must not inherit the init's binary.
+	p.op(cinitCloseOnExec, errnoError("close the container init on exec"), cnum(exeFd))
+	p.processOps(spec, limits, drop, u, cwd, procsFd, path, spec.Args, env)
+	attr, failR, err := files.forInit(p.buf, stdio, console, procs, exe)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	proc, err := os.StartProcess(fmt.Sprintf("/proc/self/fd/%d", exeFd), []string{cinitArg0}, attr)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("start the container init: %w", err)
+	}
+	return proc, p, failR, nil
 }

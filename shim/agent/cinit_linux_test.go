@@ -4,14 +4,17 @@ package agent_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/host"
@@ -190,21 +193,36 @@ func TestDockerInit(t *testing.T) {
 // threadsShareRoot checks that every thread of the test process (the
 // agent's) has the process's root and working directory: the threads the
 // agent chroots to resolve a program go back to the scheduler afterwards.
+// A thread restores itself after it has answered, so the check is retried
+// for a while before it fails.
 func threadsShareRoot(t *testing.T) {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tasks, err := filepath.Glob("/proc/self/task/*")
-	if err != nil || len(tasks) == 0 {
-		t.Fatalf("list threads: %v", err)
-	}
-	for _, task := range tasks {
-		root, rerr := os.Readlink(filepath.Join(task, "root"))
-		cwd, cerr := os.Readlink(filepath.Join(task, "cwd"))
-		if rerr != nil || cerr != nil || root != "/" || cwd != wd {
-			t.Errorf("thread %s: root %q (%v), cwd %q (%v); want / and %s", filepath.Base(task), root, rerr, cwd, cerr, wd)
+	var strays []string
+	for deadline := time.Now().Add(testTimeout); ; time.Sleep(10 * time.Millisecond) {
+		tasks, err := filepath.Glob("/proc/self/task/*")
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("list threads: %v", err)
+		}
+		strays = strays[:0]
+		for _, task := range tasks {
+			root, rerr := os.Readlink(filepath.Join(task, "root"))
+			cwd, cerr := os.Readlink(filepath.Join(task, "cwd"))
+			if errors.Is(rerr, fs.ErrNotExist) || errors.Is(cerr, fs.ErrNotExist) {
+				continue // the thread exited meanwhile
+			}
+			if rerr != nil || cerr != nil || root != "/" || cwd != wd {
+				strays = append(strays, fmt.Sprintf("thread %s: root %q (%v), cwd %q (%v)", filepath.Base(task), root, rerr, cwd, cerr))
+			}
+		}
+		if len(strays) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("threads not back in / and %s:\n%s", wd, strings.Join(strays, "\n"))
 		}
 	}
 }

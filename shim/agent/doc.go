@@ -17,9 +17,9 @@
 // namespace of the main process instead (joinns_linux.go), so it sees the
 // container's mounts; the IPC, network and cgroup namespaces are the
 // guest's own, which the guest gives the container alone. Most execs skip
-// the re-executed child: the agent starts the program itself from the
-// thread that joined the namespaces (execdirect_linux.go); one with
-// resource limits goes through the child. Archive operations (docker cp)
+// the init: the agent starts the program itself from the thread that
+// joined the namespaces (execdirect_linux.go); one with resource limits
+// goes through the C init. Archive operations (docker cp)
 // see the container root with its volumes but, as with dockerd, not its
 // tmpfs mounts.
 //

@@ -14,11 +14,11 @@ import (
 )
 
 // A direct exec starts an exec's program from the agent itself, with no
-// re-executed init in between (Reexec).
+// init in between.
 //
 // Why: under TCG a restored VM starts with an empty translation cache, and
-// the init is the agent's binary, whose Go runtime start and package
-// initialisers run afresh in every init. After a checkpoint restore, the
+// the init then was the agent's binary, whose Go runtime start and package
+// initialisers ran afresh in every init. After a checkpoint restore, the
 // first `docker exec` spent 160-230 ms between the fork and the init's
 // main; a direct exec had the program running ~130 ms after the spawn
 // began, namespaces included. Measured through the docker CLI on two
@@ -35,7 +35,7 @@ import (
 // the child: the cgroup (clone3's CLONE_INTO_CGROUP), the session and the
 // user's ids, and for a terminal (opened here, in the container's devpts)
 // the controlling terminal. Resource limits are per process, so an exec
-// with any goes through the init.
+// with any goes through the C init (startExecInit).
 
 // canExecDirectly says whether the process cfg describes, an exec
 // (cfg.Process.ExecOf) into a running container, can be started directly.

@@ -22,7 +22,7 @@ import (
 )
 
 // An exec is started directly by the agent unless it has resource limits,
-// when the re-executed init starts it. Both ways give the program the same
+// when the C init starts it. Both ways give the program the same
 // user, groups, capabilities, working directory, environment and terminal,
 // and refuse the same things with the same errors: each case runs both
 // ways (a nofile limit equal to the agent's own sends it through the init)
@@ -108,6 +108,14 @@ func TestExecDirectMatchesInit(t *testing.T) {
 			})
 		}
 	}
+	// An exec's limits are its own, and the init hands it no descriptor
+	// of the init's binary.
+	t.Run("limits of an exec", func(t *testing.T) {
+		n++
+		checkStart(t, c, &log, fmt.Sprintf("x%d", n), startCase{spec: proto.ProcessSpec{ExecOf: "main",
+			Args:    []string{"sh", "-c", "ulimit -n; ulimit -Hn; echo $(ls -l /proc/$$/fd | grep -c husk-init)"},
+			Rlimits: []proto.Rlimit{{Type: "nofile", Soft: 100, Hard: 200}}}, stdout: "100\n200\n0\n"}, "direct=false")
+	})
 }
 
 // startCase is one process start and what it must give (checkStart).

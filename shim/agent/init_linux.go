@@ -3,7 +3,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,10 +17,7 @@ import (
 	"github.com/husk-vm/husk/shim/proto"
 )
 
-// initArg0 marks the agent's re-executed child in its argv[0].
-const initArg0 = "husk-agent-init"
-
-// Descriptors the agent passes its child beyond stdio.
+// Descriptors the agent passes its archive helper beyond stdio.
 const (
 	configFd = 3
 	statusFd = 4
@@ -31,97 +27,14 @@ const (
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Reexec must run first in main (and TestMain) of any binary that runs an
-// Agent. In the agent's re-executed children (an exec's init, the archive
-// helper) it does their work and never returns;
-// elsewhere it returns at once.
-//
-// The init serves the execs that need resource limits: Go cannot run code
-// between fork and exec, and limits set in the agent would be the agent's
-// own, so a child (this binary) sets them and then replaces itself with
-// the program. The agent starts every other exec itself
-// (execdirect_linux.go), and a container's main process goes through the
-// C init (cinit_linux.go).
+// Agent. In the agent's re-executed archive helper (archive_linux.go) it
+// does the helper's work and never returns; elsewhere it returns at once.
+// Processes in the container are started by the C init (cinit_linux.go)
+// or, for most execs, by the agent itself (execdirect_linux.go).
 func Reexec() {
 	if len(os.Args) > 0 && os.Args[0] == archiveArg0 {
 		runArchiveHelper()
 	}
-	if len(os.Args) == 0 || os.Args[0] != initArg0 {
-		return
-	}
-	status := os.NewFile(statusFd, "status")
-	unix.CloseOnExec(statusFd)
-	err := containerInit()
-	var f initFailure
-	var ae *agentError
-	if errors.As(err, &ae) {
-		f = initFailure{Kind: ae.kind, Message: ae.msg}
-	} else {
-		f = initFailure{Kind: proto.KindInternal, Message: err.Error()}
-	}
-	b, _ := json.Marshal(f)
-	_, _ = status.Write(b)
-	os.Exit(127)
-}
-
-func containerInit() error {
-	cfgFile := os.NewFile(configFd, "config")
-	var cfg initConfig
-	err := json.NewDecoder(cfgFile).Decode(&cfg)
-	cfgFile.Close()
-	if err != nil {
-		return fmt.Errorf("read init config: %w", err)
-	}
-	spec := cfg.Process
-	// The cgroup is joined only right before the exec: the Go runtime's
-	// threads of this init would otherwise count against (and, under a
-	// small pids limit, fail on) the limit; a join is not refused by
-	// pids.max, only forks are.
-	procsFd := 0
-	if cfg.CgroupFd > 0 {
-		if procsFd, err = openCgroupProcs(cfg.CgroupFd); err != nil {
-			return err
-		}
-	}
-	u, env, cwd, err := enterRoot(cfg)
-	if err != nil {
-		return err
-	}
-	if err := applyRlimits(spec.Rlimits); err != nil {
-		return err
-	}
-	if err := boundCapabilities(spec.Capabilities, cfg.LastCap); err != nil {
-		return err
-	}
-
-	if spec.Terminal {
-		if err := setupTerminal(spec.ConsoleSize, u.UID); err != nil {
-			return err
-		}
-	}
-
-	groups := u.Groups
-	if err := syscall.Setgroups(groups); err != nil {
-		return fmt.Errorf("setgroups %v: %w", groups, err)
-	}
-	if err := syscall.Setgid(u.GID); err != nil {
-		return fmt.Errorf("setgid %d: %w", u.GID, err)
-	}
-	if err := syscall.Setuid(u.UID); err != nil {
-		return fmt.Errorf("setuid %d: %w", u.UID, err)
-	}
-	if err := unix.Chdir(cwd); err != nil {
-		return cwdError(cwd, err)
-	}
-	path, err := lookPath(spec.Args[0], envValue(env, "PATH"))
-	if err != nil {
-		return err
-	}
-	if procsFd > 0 {
-		if err := joinCgroup(procsFd); err != nil {
-			return err
-		}
-	}
-	return execError(path, unix.Exec(path, spec.Args, env))
 }
 
 // enterRoot chroots the caller (the init, or the thread of a direct exec)

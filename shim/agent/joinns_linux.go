@@ -84,18 +84,6 @@ func closeNamespaces(ns []nsToJoin) {
 	}
 }
 
-// startInNamespaces starts the child in every namespace of targetPid, as
-// runc does for an exec: the PID namespace (for the child), and the mount
-// namespace, so that the child sees the container's /dev, /dev/shm, /proc
-// and mounts rather than the agent's; UTS, IPC and the others for
-// completeness, though today the main process only gets its own PID,
-// mount and UTS namespaces.
-func startInNamespaces(exe string, attr *os.ProcAttr, targetPid int) (*os.Process, error) {
-	return inNamespacesOf(targetPid, func() (*os.Process, error) {
-		return os.StartProcess(exe, []string{initArg0}, attr)
-	})
-}
-
 // inNamespacesOf runs start in every namespace of targetPid, where the
 // process it starts begins its life.
 //

@@ -104,21 +104,6 @@ func setrlimitError(l proto.Rlimit, err error) error {
 	return fmt.Errorf("setrlimit %s %d:%d: %w", l.Type, l.Soft, l.Hard, err)
 }
 
-// applyRlimits sets the process's limits, before it gives up the
-// capability to raise them.
-func applyRlimits(limits []proto.Rlimit) error {
-	for _, l := range limits {
-		res, lim, err := rlimitOf(l)
-		if err != nil {
-			return err
-		}
-		if err := unix.Setrlimit(res, &lim); err != nil {
-			return setrlimitError(l, err)
-		}
-	}
-	return nil
-}
-
 // boundCapabilities drops from the bounding set every capability caps does
 // not name, up to last (the kernel's last capability, lastCapability).
 // That is all it takes to give the program runc's sets: execve makes a
@@ -175,38 +160,10 @@ func lastCapability(procSys string) int {
 	return len(proto.CapabilityNames()) - 1
 }
 
-// remountReadOnly makes the mount at path read-only in this mount
-// namespace only.
-func remountReadOnly(path string) error {
-	if err := unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("remount %s read-only: %w", path, err)
-	}
-	return nil
-}
-
 // shmData is /dev/shm's mount data for --shm-size (64 MiB by default).
 func shmData(size int64) string {
 	if size <= 0 {
 		size = 64 << 20
 	}
 	return "mode=1777,size=" + strconv.FormatInt(size, 10)
-}
-
-// bindFile binds the file src on dst, creating the mount point.
-func bindFile(src, dst string, readOnly bool) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", filepath.Dir(dst), err)
-	}
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		return fmt.Errorf("create mount point %s: %w", dst, err)
-	}
-	f.Close()
-	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind %s on %s: %w", src, dst, err)
-	}
-	if readOnly {
-		return remountReadOnly(dst)
-	}
-	return nil
 }

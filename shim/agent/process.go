@@ -3,7 +3,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -169,37 +168,28 @@ func (a *Agent) reap() {
 	}
 }
 
-// initConfig is what the agent hands its re-executed child (see Reexec).
+// initConfig describes a process to start: a main process (cinitFor), or
+// an exec (startExecInit, execDirectly).
 type initConfig struct {
-	Root     string            `json:"root"`
-	Hostname string            `json:"hostname,omitempty"`
-	EtcDir   string            `json:"etcDir,omitempty"`
-	Mounts   bool              `json:"mounts"` // set up /proc, /sys, /dev and /etc binds
-	Process  proto.ProcessSpec `json:"process"`
+	Root     string
+	Hostname string
+	EtcDir   string
+	Mounts   bool // set up /proc, /sys, /dev and /etc binds
+	Process  proto.ProcessSpec
 	// ShmSize, ReadOnly and InitBinary carry the main process's share of
 	// proto.ContainerSettings; InitBinary is the C init's own binary,
 	// bound at dockerInitPath for --init, where it runs as tini does
 	// (cinit/init.c).
-	ShmSize    int64          `json:"shmSize,omitempty"`
-	ReadOnly   bool           `json:"readOnly,omitempty"`
-	InitBinary string         `json:"initBinary,omitempty"`
-	Devices    []proto.Device `json:"devices,omitempty"`
+	ShmSize    int64
+	ReadOnly   bool
+	InitBinary string
+	Devices    []proto.Device
 	// Exe, when set, is run instead of the program Process.Args[0] names
 	// (OpWarm's /proc/self/exe).
-	Exe string `json:"exe,omitempty"`
+	Exe string
 	// LastCap is the kernel's last capability, up to which the bounding
 	// set is dropped (lastCapability).
-	LastCap int `json:"lastCap"`
-	// CgroupFd is the descriptor of the container's cgroup directory,
-	// which the init joins right before it execs (or, under --init, the
-	// init's child is started in); 0 is none.
-	CgroupFd int `json:"cgroupFd,omitempty"`
-}
-
-// initFailure is what the child reports when it cannot exec the process.
-type initFailure struct {
-	Kind    proto.ErrorKind `json:"kind"`
-	Message string          `json:"message"`
+	LastCap int
 }
 
 // start launches spec as process id: a new PID namespace whose init is the
@@ -292,7 +282,7 @@ func (f *childFiles) release(failed bool) {
 	}
 }
 
-// cgroup, when set, is the container's cgroup (initConfig.CgroupFd).
+// cgroup, when set, is the container's cgroup directory.
 func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (_ *process, retErr error) {
 	var files childFiles
 	defer func() { files.release(retErr != nil) }()
@@ -341,16 +331,18 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	}
 	stdio := []*os.File{stdinR, outW, errW}
 	files.child = append(files.child, stdio...)
-	// The C init (cinit_linux.go) starts a main process.
-	var cprog *cinitProgram
-	exe, arg0 := a.opts.Exe, initArg0
-	if targetPid == 0 {
+	// The C init (cinit_linux.go) starts a main process, and an exec the
+	// agent cannot start itself.
+	if !direct {
 		if a.opts.InitExe == "" {
 			return nil, internal("start the init", errors.New("the agent has no container init (Options.InitExe)"))
 		}
 		if err := nulError(cfg); err != nil {
 			return nil, err
 		}
+	}
+	var cprog *cinitProgram
+	if targetPid == 0 {
 		var fds cinitFds
 		next := firstExtraFd(stdio, consoleChild)
 		if cgroup != "" {
@@ -365,13 +357,13 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 			}
 			return nil, &agentError{proto.KindInternal, err.Error()}
 		}
-		exe, arg0 = a.opts.InitExe, cinitArg0
 	}
 	var cgroupFile *os.File
 	if cgroup != "" {
-		// The C init writes its own pid to cgroup.procs; any other init
-		// gets the directory (initConfig.CgroupFd, cgroupFdEnv).
-		if cprog != nil && cfg.InitBinary == "" {
+		// The C init writes its own pid to cgroup.procs; a direct exec
+		// and --init's init start their child in the directory (clone3's
+		// CLONE_INTO_CGROUP, cgroupFdEnv).
+		if !direct && cfg.InitBinary == "" {
 			cgroupFile, err = os.OpenFile(filepath.Join(cgroup, "cgroup.procs"), os.O_WRONLY, 0)
 		} else {
 			cgroupFile, err = os.Open(cgroup)
@@ -383,18 +375,10 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	}
 	var attr *os.ProcAttr
 	var failR *os.File
-	switch {
-	case direct:
-	case cprog != nil:
+	if cprog != nil {
 		if attr, failR, err = files.forInit(cprog.buf, stdio, consoleChild, cgroupFile); err != nil {
 			return nil, internal("start the init", err)
 		}
-	default:
-		if attr, failR, err = initChild(&files, cfg, stdio, consoleChild, cgroupFile); err != nil {
-			return nil, internal("start the init", err)
-		}
-	}
-	if !direct && targetPid == 0 {
 		attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
 	}
 
@@ -407,7 +391,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		release: func() {},
 		ownUTS:  targetPid == 0,
 		direct:  direct,
-		cinit:   cprog != nil,
+		cinit:   !direct,
 	}
 
 	a.pmu.Lock()
@@ -420,9 +404,12 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 			return p, err
 		})
 	case targetPid == 0:
-		proc, err = os.StartProcess(exe, []string{arg0}, attr)
+		proc, err = os.StartProcess(a.opts.InitExe, []string{cinitArg0}, attr)
 	default:
-		proc, err = startInNamespaces(a.opts.Exe, attr, targetPid)
+		proc, err = inNamespacesOf(targetPid, func() (p *os.Process, err error) {
+			p, cprog, failR, err = startExecInit(&files, cfg, a.opts.InitExe, stdio, consoleChild, cgroupFile)
+			return p, err
+		})
 	}
 	if err == nil {
 		p.pid = proc.Pid
@@ -457,17 +444,10 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 				f.Close()
 			}
 		}
-		var f initFailure
 		if err != nil {
 			return nil, internal("read child status", err)
 		}
-		if cprog != nil {
-			return nil, cprog.failure(msg)
-		}
-		if jerr := json.Unmarshal(msg, &f); jerr != nil || f.Kind == "" {
-			return nil, internal("child failed", fmt.Errorf("%s", msg))
-		}
-		return nil, &agentError{f.Kind, f.Message}
+		return nil, cprog.failure(msg)
 	}
 	if terminal {
 		if master == nil {
@@ -506,21 +486,6 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		}
 	}
 	return p, nil
-}
-
-// initChild prepares the start of the agent's re-executed init (Reexec)
-// with cfg as its configuration (see childFiles.forInit); cgroupDir, when
-// there is one, is the extra descriptor, which the init joins itself
-// (initConfig.CgroupFd).
-func initChild(files *childFiles, cfg initConfig, stdio []*os.File, console, cgroupDir *os.File) (_ *os.ProcAttr, failR *os.File, _ error) {
-	if cgroupDir != nil {
-		cfg.CgroupFd = firstExtraFd(stdio, console)
-	}
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode config: %w", err)
-	}
-	return files.forInit(b, stdio, console, cgroupDir)
 }
 
 // forInit prepares a child init's descriptors: stdio, its configuration

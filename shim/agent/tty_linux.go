@@ -18,36 +18,6 @@ import (
 // hands the terminal's master side back to the agent.
 const consoleFd = 5
 
-// setupTerminal runs in the child after the chroot and before it drops
-// privileges. It opens a pseudo-terminal in the container's own devpts
-// instance (so `tty` and ttyname inside the container name a device that
-// exists there, as under runc), makes its slave side the process's stdio and
-// controlling terminal, and sends the master side to the agent.
-func setupTerminal(size *proto.WindowSize, uid int) error {
-	sock := os.NewFile(consoleFd, "console-socket")
-	defer sock.Close()
-	master, slave, err := openTerminal(size, uid)
-	if err != nil {
-		return err
-	}
-	defer master.Close()
-	defer slave.Close()
-	rights := unix.UnixRights(int(master.Fd()))
-	if err := unix.Sendmsg(int(sock.Fd()), []byte{0}, rights, nil, 0); err != nil {
-		return fmt.Errorf("send terminal to the agent: %w", err)
-	}
-	for fd := 0; fd <= 2; fd++ {
-		if err := unix.Dup3(int(slave.Fd()), fd, 0); err != nil {
-			return fmt.Errorf("make the terminal fd %d: %w", fd, err)
-		}
-	}
-	// setsid at fork left the child without a controlling terminal.
-	if err := unix.IoctlSetInt(0, unix.TIOCSCTTY, 0); err != nil {
-		return fmt.Errorf("make the terminal controlling: %w", err)
-	}
-	return nil
-}
-
 // openTerminal opens a pseudo-terminal in the devpts instance under the
 // caller's root (/dev/ptmx) of size and owned by uid, as runc arranges (the
 // group stays tty).
@@ -72,7 +42,8 @@ func openTerminal(size *proto.WindowSize, uid int) (master, slave *os.File, _ er
 	return m, s, nil
 }
 
-// receiveTerminal reads the master side a child sent with setupTerminal.
+// receiveTerminal reads the master side the C init sent over its console
+// socket (cinitSendTerminal).
 func receiveTerminal(sock *os.File) (*os.File, error) {
 	buf := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(4))

@@ -78,6 +78,7 @@ enum {
 	OP_DUP_TERMINAL,  /* fd: make it the slave side */
 	OP_SET_CTTY,      /* make the terminal (stdin) the controlling one */
 	OP_OPEN,          /* path, fd: open path read-only at fd, close-on-exec */
+	OP_CLOSE_ON_EXEC, /* fd */
 };
 
 /* The terminal OP_OPEN_TERMINAL opened. */
@@ -369,6 +370,10 @@ static int run(struct reader *r, mode_t umask_before)
 	}
 	case OP_SET_CTTY:
 		return ioctl(0, TIOCSCTTY, 0);
+	case OP_CLOSE_ON_EXEC: {
+		int fd = (int)num(r);
+		return r->bad ? -2 : fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
 	case OP_OPEN: {
 		const char *path = str(r);
 		int fd = (int)num(r);
