@@ -495,15 +495,7 @@ func startExecInit(files *childFiles, cfg initConfig, initExe string, stdio []*o
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var path string
-	err = withFileCredentials(u, func() error {
-		if err := unix.Chdir(cwd); err != nil {
-			return cwdError(cwd, err)
-		}
-		var err error
-		path, err = lookPath(spec.Args[0], envValue(env, "PATH"))
-		return err
-	})
+	path, err := enterAsUser(u, cwd, spec.Args[0], env)
 	if err != nil {
 		return nil, nil, nil, err
 	}

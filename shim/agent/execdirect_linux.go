@@ -58,19 +58,7 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Proces
 	if err := boundCapabilities(spec.Capabilities, cfg.LastCap); err != nil {
 		return nil, nil, err
 	}
-	// The working directory and the program are checked as the user, as
-	// the init checks them after its setuid: with the thread's file-system
-	// ids and groups the user's, and the thread's working directory, which
-	// the program inherits, set here.
-	var path string
-	err = withFileCredentials(u, func() error {
-		if err := unix.Chdir(cwd); err != nil {
-			return cwdError(cwd, err)
-		}
-		var err error
-		path, err = lookPath(spec.Args[0], envValue(env, "PATH"))
-		return err
-	})
+	path, err := enterAsUser(u, cwd, spec.Args[0], env)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -103,6 +91,22 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Proces
 		return nil, nil, execError(path, err)
 	}
 	return p, master, nil
+}
+
+// enterAsUser makes cwd the calling thread's working directory and finds
+// the program file arg0 names, both as the user u, as an init checks them
+// after its setuid: with the thread's file-system ids and groups the
+// user's. The thread's working directory is what the program inherits.
+func enterAsUser(u execUser, cwd, arg0 string, env []string) (path string, _ error) {
+	err := withFileCredentials(u, func() error {
+		if err := unix.Chdir(cwd); err != nil {
+			return cwdError(cwd, err)
+		}
+		var err error
+		path, err = lookPath(arg0, envValue(env, "PATH"))
+		return err
+	})
+	return path, err
 }
 
 // uint32s converts ids for the kernel's and syscall's types.
