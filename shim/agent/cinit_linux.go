@@ -159,9 +159,9 @@ func (p *cinitProgram) failure(report []byte) *agentError {
 	return &agentError{proto.KindInternal, err.Error()}
 }
 
-// nulError refuses a main process with a NUL byte in a string the kernel
-// takes as a C string, as execve would (the C init's operations carry
-// C strings).
+// nulError refuses a process the C init would start with a NUL byte in
+// a string the kernel takes as a C string, as execve would (the C init's
+// operations carry C strings).
 func nulError(cfg initConfig) error {
 	spec := cfg.Process
 	for _, list := range [][]string{spec.Args, spec.Env, {cfg.Root, cfg.Hostname, spec.Cwd, spec.User}} {
