@@ -23,7 +23,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/husk-agent ./cmd/husk-agent
 	@mkdir -p $(BIN)
-	$(MUSL_CC) -static -Os -Wall -Wextra -Werror -o $(BIN)/husk-init shim/agent/cinit/init.c
+	$(MUSL_CC) -static -Os -Wall -Wextra -Werror -o $(BIN)/husk-init shim/agent/cinit/src/init.c
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/huskd ./cmd/huskd
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/husk ./cmd/husk
 

@@ -73,7 +73,7 @@ func (f *fakeTemplates) Start(ctx context.Context, cfg vmm.Config) (*templates.V
 	if err != nil {
 		return nil, err
 	}
-	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(rootDir), StateDir: stateDir, Refresher: &f.refresh})
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(rootDir), StateDir: stateDir, Refresher: &f.refresh})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -10,14 +11,31 @@ import (
 
 	"github.com/husk-vm/husk/runtime/templates/templatestest"
 	"github.com/husk-vm/husk/shim/agent"
+	"github.com/husk-vm/husk/shim/agent/cinit"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
+// testInitExe is the container init the in-process agents start their
+// warm-up's process with (cinit.Build), or "" where no C compiler is.
+var testInitExe string
+
 func TestMain(m *testing.M) {
-	// The in-process agents' warm-up re-executes this test binary as the
-	// throwaway container's init and program.
+	// The in-process agents re-execute this test binary as their archive
+	// helper.
 	agent.Reexec()
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "husk-init-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	testInitExe, err = cinit.Build(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // TestWarmBeforePause: with Disks set, each pooled VM had two blank disks
@@ -28,6 +46,9 @@ func TestMain(m *testing.M) {
 func TestWarmBeforePause(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the warm-up runs a process in new namespaces")
+	}
+	if testInitExe == "" {
+		t.Skip("needs a C compiler (musl-gcc or cc) to build the container init")
 	}
 	w := newWorld(t)
 	disks := &templatestest.Disks{}

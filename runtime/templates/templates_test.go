@@ -97,7 +97,7 @@ type fakeMachine struct {
 func (m *fakeMachine) PID() int { return 1 }
 func (m *fakeMachine) DialAgent(ctx context.Context) (net.Conn, error) {
 	m.dialedOnce.Do(func() { close(m.dialed) })
-	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(m.d.t.TempDir()), StateDir: m.d.t.TempDir(), Refresher: m.d.refresh})
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(m.d.t.TempDir()), StateDir: m.d.t.TempDir(), Refresher: m.d.refresh})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package templates
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -11,13 +12,30 @@ import (
 	"github.com/husk-vm/husk/runtime/templates/templatestest"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/agent"
+	"github.com/husk-vm/husk/shim/agent/cinit"
 )
 
+// testInitExe is the container init the in-process agents start their
+// warm-up's process with (cinit.Build), or "" where no C compiler is.
+var testInitExe string
+
 func TestMain(m *testing.M) {
-	// A template's warm-up re-executes this test binary as the throwaway
-	// container's init and program.
+	// The in-process agents re-execute this test binary as their archive
+	// helper.
 	agent.Reexec()
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "husk-init-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	testInitExe, err = cinit.Build(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 func newWarmingManager(t *testing.T, d *fakeDriver, taps *fakeTaps, disks Disks) *Manager {
@@ -32,6 +50,9 @@ func newWarmingManager(t *testing.T, d *fakeDriver, taps *fakeTaps, disks Disks)
 func TestBuildWarmsTemplate(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the warm-up runs a process in new namespaces")
+	}
+	if testInitExe == "" {
+		t.Skip("needs a C compiler (musl-gcc or cc) to build the container init")
 	}
 	ctx := context.Background()
 	d := &fakeDriver{t: t, version: "1", hotplug: true, plug: true, refresh: &fakeRefresher{}}

@@ -61,7 +61,7 @@ type Options struct {
 	// Exe is the agent's binary, re-executed as the archive helper; it
 	// must call Reexec first thing in main. Default /proc/self/exe.
 	Exe string
-	// InitExe is the C init (cinit/init.c), which starts a container's
+	// InitExe is the C init (cinit/src/init.c), which starts a container's
 	// main process (cinit_linux.go); without it, main processes cannot
 	// start.
 	InitExe string

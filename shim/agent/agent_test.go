@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,12 +17,13 @@ import (
 	"time"
 
 	"github.com/husk-vm/husk/shim/agent"
+	"github.com/husk-vm/husk/shim/agent/cinit"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
 // testInitExe is the container init the tests' agents start main
-// processes with (cinit/init.c, built by TestMain), or "" where no C
+// processes with (cinit/src/init.c, built by TestMain), or "" where no C
 // compiler is installed.
 var testInitExe string
 
@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	testInitExe, err = buildCInit(dir)
+	testInitExe, err = cinit.Build(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -43,23 +43,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// buildCInit compiles cinit/init.c into dir as make build does, with musl
-// where it is installed. It returns "" where no C compiler is.
-func buildCInit(dir string) (string, error) {
-	cc := "musl-gcc"
-	if _, err := exec.LookPath(cc); err != nil {
-		cc = "cc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		return "", nil
-	}
-	out := filepath.Join(dir, "husk-init")
-	if b, err := exec.Command(cc, "-static", "-Os", "-Wall", "-Wextra", "-Werror", "-o", out, "cinit/init.c").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the container init: %v\n%s", err, b)
-	}
-	return out, nil
 }
 
 // testTimeout only guards against a hung test; no assertion depends on it.

@@ -154,5 +154,5 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 
 // cgroupFdEnv hands --init's init the container's cgroup (a descriptor
 // number): it starts its child there and drops the variable. Keep in step
-// with cinit/init.c.
+// with cinit/src/init.c.
 const cgroupFdEnv = "HUSK_CGROUP_FD"

@@ -19,7 +19,7 @@ import (
 	"github.com/husk-vm/husk/shim/proto"
 )
 
-// The C init (cinit/init.c, Options.InitExe) starts a container's main
+// The C init (cinit/src/init.c, Options.InitExe) starts a container's main
 // process, and the execs the agent cannot start itself (startExecInit).
 // It replaced the agent's own binary, re-executed as a Go init.
 //
@@ -58,11 +58,11 @@ const (
 
 // dockerInitPath is where --init's init appears in the container, as
 // dockerd mounts tini there: the C init's own binary, bound read-only,
-// which runs as tini does by default under that name (cinit/init.c), so a
+// which runs as tini does by default under that name (cinit/src/init.c), so a
 // `ps` in the container shows what it shows under dockerd.
 const dockerInitPath = "/sbin/docker-init"
 
-// Operation codes; keep in step with cinit/init.c.
+// Operation codes; keep in step with cinit/src/init.c.
 const (
 	cinitMkdirAll byte = iota + 1
 	cinitMount
@@ -102,7 +102,7 @@ type cinitProgram struct {
 type cinitArg func(*cinitProgram)
 
 // cstr, cnum, cstrs and cnums encode a string, a number, a string list and
-// a number list, as cinit/init.c reads them: numbers are 8 bytes, little
+// a number list, as cinit/src/init.c reads them: numbers are 8 bytes, little
 // endian; a string is its length, its bytes and a NUL; a list is its
 // length and its items.
 func cstr(s string) cinitArg {

@@ -11,7 +11,7 @@
 // privately, chroots into the root prepared by Setup, takes the user's
 // credentials and execs the program; failures before the exec come back
 // over a close-on-exec pipe. The init is a small C program that carries
-// out steps the agent works out (cinit_linux.go, cinit/init.c): a Go
+// out steps the agent works out (cinit_linux.go, cinit/src/init.c): a Go
 // init's runtime start cost every container started from a template tens
 // of milliseconds. A docker exec joins every
 // namespace of the main process instead (joinns_linux.go), so it sees the
@@ -28,7 +28,7 @@
 // static agent needs no further module; the output buffering (output.go) is
 // specific to the guarantee that nothing is lost between sessions.
 //
-// --init's init is the C init's binary too (cinit/init.c), bound at
+// --init's init is the C init's binary too (cinit/src/init.c), bound at
 // /sbin/docker-init where dockerd puts tini: it does what tini does by
 // default (run the command in its own process group, forward signals,
 // reap orphans, exit as the command did) in some sixty lines, where

@@ -179,7 +179,7 @@ type initConfig struct {
 	// ShmSize, ReadOnly and InitBinary carry the main process's share of
 	// proto.ContainerSettings; InitBinary is the C init's own binary,
 	// bound at dockerInitPath for --init, where it runs as tini does
-	// (cinit/init.c).
+	// (cinit/src/init.c).
 	ShmSize    int64
 	ReadOnly   bool
 	InitBinary string
