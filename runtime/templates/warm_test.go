@@ -2,7 +2,6 @@ package templates
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -23,19 +22,7 @@ func TestMain(m *testing.M) {
 	// The in-process agents re-execute this test binary as their archive
 	// helper.
 	agent.Reexec()
-	dir, err := os.MkdirTemp("", "husk-init-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	testInitExe, err = cinit.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(cinit.RunTests(m.Run, &testInitExe))
 }
 
 func newWarmingManager(t *testing.T, d *fakeDriver, taps *fakeTaps, disks Disks) *Manager {

@@ -30,19 +30,7 @@ var testInitExe string
 func TestMain(m *testing.M) {
 	// The agent re-executes this test binary as its archive helper.
 	agent.Reexec()
-	dir, err := os.MkdirTemp("", "husk-init-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	testInitExe, err = cinit.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(cinit.RunTests(m.Run, &testInitExe))
 }
 
 // testTimeout only guards against a hung test; no assertion depends on it.

@@ -35,3 +35,22 @@ func Build(dir string) (string, error) {
 	}
 	return out, nil
 }
+
+// RunTests serves a TestMain whose tests start processes through the
+// init: it builds the init into a temporary directory, sets *exe to its
+// path ("" where no C compiler is, for the tests to skip), runs run (the
+// testing.M's Run) and removes the directory. It returns run's code, or 2
+// when the build fails.
+func RunTests(run func() int, exe *string) int {
+	dir, err := os.MkdirTemp("", "husk-init-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer os.RemoveAll(dir)
+	if *exe, err = Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return run()
+}
