@@ -221,7 +221,6 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		if settings.Init {
 			cfg.InitBinary = a.opts.InitExe
 		}
-
 	}
 	var targetPid int
 	if spec.ExecOf != "" {
