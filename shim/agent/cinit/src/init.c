@@ -1,8 +1,10 @@
 /*
- * husk-init: the init of a container's main process (shim/agent/cinit_linux.go).
+ * husk-init: the init of a container's processes (shim/agent/cinit_linux.go).
  *
  * The agent starts this program as PID 1 of the container's new PID, mount
- * and UTS namespaces. It reads a list of operations from descriptor 3,
+ * and UTS namespaces for its main process, and inside the container's
+ * namespaces and root for an exec with resource limits, which the agent
+ * cannot start itself. It reads a list of operations from descriptor 3,
  * carries them out in order (mounts, device nodes, chroot, limits, a
  * terminal, credentials, ...) and the last one execs the user's program. Everything
  * the operations do is worked out by the agent, in Go; this program only
@@ -19,7 +21,7 @@
  *
  * On a failing operation the program writes "<index> <errno>" to
  * descriptor 4 (close-on-exec, so a successful exec closes it with nothing
- * written) and exits 127; the agent words the error as the Go init would.
+ * written) and exits 127; the agent words the error as its Go init did.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,12 +31,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <termios.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
