@@ -44,11 +44,9 @@ type process struct {
 	// ownUTS: the process got its own UTS namespace (a main process, not
 	// an exec), so a new hostname must be set there.
 	ownUTS bool
-	// direct: the agent started the program itself, without its init
-	// (canExecDirectly).
+	// direct: the agent started the program itself (canExecDirectly);
+	// otherwise the C init started it.
 	direct bool
-	// cinit: the C init started the program (canUseCInit).
-	cinit bool
 }
 
 // signal sends sig unless the process has already been reaped (its pid may
@@ -250,7 +248,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
 	}
 	a.procs[id] = p
-	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args, "direct", p.direct, "cinit", p.cinit)
+	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args, "direct", p.direct, "cinit", !p.direct)
 	return p, nil
 }
 
@@ -390,7 +388,6 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		release: func() {},
 		ownUTS:  targetPid == 0,
 		direct:  direct,
-		cinit:   !direct,
 	}
 
 	a.pmu.Lock()
