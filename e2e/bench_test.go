@@ -116,7 +116,7 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	// As the daemon under test runs its guests: 256 MiB, 1 vCPU, TCG, and
 	// the bench's huskd runs without --debug (harness.DaemonConfig.Quiet),
 	// so no husk.debug on the command line.
-	guest := containers.Guest{Driver: drv, Kernel: k.Path, Initramfs: initramfs, MemoryMiB: 256, CPUs: 1}
+	guest := containers.Guest{Driver: drv, Kernel: k.Path, Initramfs: initramfs, MemoryMiB: 256, CPUs: containers.DefaultCPUs()}
 	floor := func() error {
 		bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
@@ -198,13 +198,12 @@ func benchMinimalKernelTemplate(t *testing.T, b *benchResults, img string, ref *
 	// its own, and containers boot cold until it is ready: each restart
 	// waits for its new template.
 	restart := func(args, what string) {
-		const ready = `msg="template ready" memory_mib=256 cpus=1 nics=1`
-		before := logCount(t, ready)
+		before := logCount(t, templateReady())
 		if err := control.do("restart-with" + args); err != nil {
 			t.Fatalf("restart huskd with %s: %v", what, err)
 		}
 		eventually(t, what+"'s template is ready", func() string {
-			if logCount(t, ready) == before {
+			if logCount(t, templateReady()) == before {
 				return "no new \"template ready\" line in " + suite.DaemonLog
 			}
 			return ""

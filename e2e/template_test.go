@@ -1,13 +1,21 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/husk-vm/husk/e2e/testimages"
+	"github.com/husk-vm/husk/runtime/containers"
 )
+
+// templateReady is the log line of huskd's default template: 256 MiB,
+// the default vCPUs (the e2e daemon sets no --cpus), one NIC.
+func templateReady() string {
+	return fmt.Sprintf(`msg="template ready" memory_mib=256 cpus=%d nics=1`, containers.DefaultCPUs())
+}
 
 // waitTemplate waits until huskd says its default template (one NIC) is
 // ready: it is built in the background after the daemon starts.
@@ -18,8 +26,8 @@ func waitTemplate(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
-		if !strings.Contains(string(b), `msg="template ready" memory_mib=256 cpus=1 nics=1`) {
-			return "no \"template ready\" line for 256 MiB, 1 CPU, 1 NIC in " + suite.DaemonLog
+		if !strings.Contains(string(b), templateReady()) {
+			return "no \"template ready\" line for 256 MiB, the default vCPUs, 1 NIC in " + suite.DaemonLog
 		}
 		return ""
 	})

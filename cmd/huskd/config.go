@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/husk-vm/husk/runtime/containers"
 	"github.com/husk-vm/husk/runtime/network"
 )
 
@@ -47,7 +48,7 @@ func defaults() Config {
 		VMM:       "auto",
 		Accel:     "auto",
 		MemoryMiB: 256,
-		CPUs:      1,
+		CPUs:      containers.DefaultCPUs(),
 		UpperSize: 16 << 30,
 		BridgeIP:  network.DefaultBridgeIP.String(),
 		Templates: true,
@@ -66,7 +67,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "kernel", Usage: "guest kernel (default: the newest /boot/vmlinuz-*)"},
 		&cli.StringFlag{Name: "agent", Usage: "static husk-agent binary (default: beside huskd)"},
 		&cli.IntFlag{Name: "memory", Value: d.MemoryMiB, Usage: "default guest memory in MiB"},
-		&cli.IntFlag{Name: "cpus", Value: d.CPUs, Usage: "default guest vCPUs"},
+		&cli.IntFlag{Name: "cpus", Value: d.CPUs, Usage: "default guest vCPUs; unset, the host's CPU count up to 2"},
 		&cli.Int64Flag{Name: "upper-size", Value: d.UpperSize, Usage: "apparent size in bytes of each container's writable disk"},
 		&cli.BoolFlag{Name: "debug", Aliases: []string{"D"}, Usage: "debug logging"},
 		&cli.StringFlag{Name: "bip", Value: d.BridgeIP, Usage: "default bridge's gateway address and subnet, ADDR/LEN"},

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // load runs huskd's flag parsing over args and returns the configuration.
@@ -34,7 +36,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Root != "/var/lib/husk" || !slices.Equal(cfg.Hosts, []string{"unix:///run/husk/docker.sock"}) ||
-		cfg.VMM != "auto" || cfg.Accel != "auto" || cfg.Kernel != "" || cfg.MemoryMiB != 256 || cfg.CPUs != 1 {
+		cfg.VMM != "auto" || cfg.Accel != "auto" || cfg.Kernel != "" || cfg.MemoryMiB != 256 || cfg.CPUs != containers.DefaultCPUs() {
 		t.Errorf("defaults = %+v", cfg)
 	}
 	// The default file may be absent; one named explicitly may not.
