@@ -788,6 +788,13 @@ func TestNewUpper(t *testing.T) {
 		if !strings.Contains(out, "has_journal") {
 			t.Errorf("upper has no journal:\n%s", out)
 		}
+		// The overlay's directories, as the guest agent would make them.
+		for _, d := range []string{UpperDir, OverlayWorkDir} {
+			out, _ := debugfs(t, p, "stat /"+d)
+			if !strings.Contains(out, "Type: directory    Mode:  0755") || !strings.Contains(out, "User:     0   Group:     0") {
+				t.Errorf("/%s of the upper:\n%s", d, out)
+			}
+		}
 	}
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 2 {

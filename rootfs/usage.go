@@ -14,8 +14,8 @@ import (
 )
 
 // UpperDir is the directory, relative to the root of an upper disk, that
-// the guest mounts as the overlay's upper layer (the agent creates it on
-// first boot, next to the overlay's work directory).
+// the guest mounts as the overlay's upper layer, next to OverlayWorkDir;
+// NewUpper formats both in.
 const UpperDir = "upper"
 
 // UpperUsage measures a container's writable layer on its upper disk
