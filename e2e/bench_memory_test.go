@@ -67,3 +67,40 @@ func TestParseInfoJit(t *testing.T) {
 		}
 	}
 }
+
+// TestParseSmapsRegions checks that a guest with more than one vCPU,
+// whose translation buffer QEMU splits into regions with guard pages
+// between them, has every region counted as the buffer.
+func TestParseSmapsRegions(t *testing.T) {
+	smaps := `7ff40fe00000-7ff41fe00000 rw-p 00000000 08:01 1234 /var/lib/husk/templates/x/vm/memory
+Size:             262144 kB
+Rss:               36864 kB
+Pss:               18432 kB
+7fa180000000-7fa1803ff000 rwxp 00000000 00:00 0 
+Size:               4092 kB
+Rss:                4092 kB
+Pss:                4092 kB
+7fa1803ff000-7fa180400000 ---p 00000000 00:00 0 
+Size:                  4 kB
+Rss:                   0 kB
+Pss:                   0 kB
+7fa180400000-7fa1807ff000 rwxp 00000000 00:00 0 
+Size:               4092 kB
+Rss:                1024 kB
+Pss:                1024 kB
+55fc60262000-55fc61558000 rw-p 00000000 00:00 0 [heap]
+Size:              19416 kB
+Rss:                5432 kB
+Pss:                5432 kB
+`
+	m, err := parseSmaps(strings.NewReader(smaps), 256<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := float64(4092+1024) / 1024; m.TCGBufferMiB != want {
+		t.Errorf("TCG buffer = %.3f MiB, want %.3f", m.TCGBufferMiB, want)
+	}
+	if want := float64(5432) / 1024; m.PrivateMiB != want {
+		t.Errorf("private = %.3f MiB, want %.3f", m.PrivateMiB, want)
+	}
+}

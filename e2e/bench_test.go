@@ -416,8 +416,9 @@ type memoryFigures struct {
 // vmmMemory reads /proc/pid/smaps: the guest's RAM is the smallest
 // mapping of at least guestBytes (under TCG a larger one holds the
 // translated code, which counts as the VMM's own). TCG's translation
-// buffer is the anonymous mapping of qemu.DefaultTBSizeMiB (less a guard
-// page).
+// buffer is QEMU's anonymous writable and executable memory: one mapping
+// for a one-vCPU guest, and for more, one per region of it that a vCPU
+// thread translates into, with guard pages between them.
 func vmmMemory(pid int, guestBytes int64) (memoryFigures, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps", pid))
 	if err != nil {
@@ -428,9 +429,8 @@ func vmmMemory(pid int, guestBytes int64) (memoryFigures, error) {
 }
 
 func parseSmaps(r io.Reader, guestBytes int64) (memoryFigures, error) {
-	const tb = int64(qemu.DefaultTBSizeMiB) << 20
 	var total, pss, guestRSS, guestPSS, bestSize, size, rss, tbRSS, fileRSS, guestFile int64
-	fileBacked := false
+	fileBacked, translated := false, false
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -440,6 +440,7 @@ func parseSmaps(r io.Reader, guestBytes int64) (memoryFigures, error) {
 		if !strings.HasSuffix(fields[0], ":") && strings.Contains(fields[0], "-") && len(fields) >= 5 {
 			// A mapping's header: address perms offset dev inode [path].
 			fileBacked = fields[4] != "0"
+			translated = !fileBacked && fields[1] == "rwxp"
 			continue
 		}
 		kb, _ := strconv.ParseInt(fields[1], 10, 64)
@@ -451,7 +452,7 @@ func parseSmaps(r io.Reader, guestBytes int64) (memoryFigures, error) {
 			total += rss
 			if fileBacked {
 				fileRSS += rss
-			} else if size > tb-(1<<20) && size <= tb {
+			} else if translated {
 				tbRSS += rss
 			}
 		case "Pss:":
