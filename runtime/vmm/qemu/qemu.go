@@ -164,7 +164,11 @@ type Options struct {
 // 38 MiB by the time its process runs, a cold boot about 60 MiB. With 32
 // MiB the template path flushed once, just as the container's process
 // started, and took 180 ms longer (16 MiB: 800 ms); with 64 MiB it is as
-// fast as with QEMU's default.
+// fast as with QEMU's default. Those were one-vCPU guests: with more, QEMU
+// splits the buffer into regions that each vCPU thread fills in turn,
+// leaving part of each unused, and a two-vCPU cold boot flushed once soon
+// after it in one of two bench runs; a template start still uses under
+// half of it.
 const DefaultTBSizeMiB = 64
 
 // Driver starts QEMU VMs.
