@@ -113,7 +113,9 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	b.machine["qemu"] = version
 	b.machine["accel"] = "tcg"
 	b.machine["guest_kernel"] = k.Version
-	// As the daemon under test runs its guests: 256 MiB, 1 vCPU, TCG, and
+	b.machine["guest_cpus"] = containers.DefaultCPUs()
+	// As the daemon under test runs its guests: 256 MiB, its default
+	// vCPUs (huskd's --cpus is not set), TCG, and
 	// the bench's huskd runs without --debug (harness.DaemonConfig.Quiet),
 	// so no husk.debug on the command line.
 	guest := containers.Guest{Driver: drv, Kernel: k.Path, Initramfs: initramfs, MemoryMiB: 256, CPUs: containers.DefaultCPUs()}
