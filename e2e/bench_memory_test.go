@@ -5,47 +5,78 @@ import (
 	"testing"
 )
 
-// TestParseSmaps checks the memory breakdown on a trimmed smaps of a
-// template-restored QEMU: guest RAM (the file-mapped 256 MiB), the
-// 64 MiB translation buffer, the binary, and private heap.
+// TestParseSmaps checks the memory breakdown on trimmed smaps of
+// template-restored QEMUs: guest RAM (the file-mapped 256 MiB), TCG's
+// translation buffer, the binary, and private heap.
 func TestParseSmaps(t *testing.T) {
-	smaps := `7ff40fe00000-7ff41fe00000 rw-p 00000000 08:01 1234 /var/lib/husk/templates/x/vm/memory
+	const (
+		guestRAM = `7ff40fe00000-7ff41fe00000 rw-p 00000000 08:01 1234 /var/lib/husk/templates/x/vm/memory
 Size:             262144 kB
 Rss:               36864 kB
 Pss:               18432 kB
-7ff428000000-7ff42bfff000 rwxp 00000000 00:00 0 
-Size:              65532 kB
-Rss:               36864 kB
-Pss:               36864 kB
-55fc39a46000-55fc39fdd000 r-xp 00407000 08:01 5678 /usr/bin/qemu-system-x86_64
+`
+		binary = `55fc39a46000-55fc39fdd000 r-xp 00407000 08:01 5678 /usr/bin/qemu-system-x86_64
 Size:               5724 kB
 Rss:                5400 kB
 Pss:                2700 kB
-55fc60262000-55fc61558000 rw-p 00000000 00:00 0 [heap]
+`
+		heap = `55fc60262000-55fc61558000 rw-p 00000000 00:00 0 [heap]
 Size:              19416 kB
 Rss:                5432 kB
 Pss:                5432 kB
 `
-	m, err := parseSmaps(strings.NewReader(smaps), 256<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	)
 	mib := func(kb float64) float64 { return kb / 1024 }
 	for _, c := range []struct {
-		name      string
-		got, want float64
+		name string
+		// buffer is the translation buffer's mappings.
+		buffer string
+		// bufferKB is their resident size.
+		bufferKB float64
 	}{
-		{"RSS", m.RSSMiB, mib(36864 + 36864 + 5400 + 5432)},
-		{"guest", m.GuestMiB, mib(36864)},
-		{"overhead", m.OverheadMiB, mib(36864 + 5400 + 5432)},
-		{"TCG buffer", m.TCGBufferMiB, mib(36864)},
-		{"file-backed", m.FileMiB, mib(5400)},
-		{"private", m.PrivateMiB, mib(5432)},
-		{"PSS overhead", m.OverheadPSSMiB, mib(36864 + 2700 + 5432)},
+		{"one vCPU: one mapping", `7ff428000000-7ff42bfff000 rwxp 00000000 00:00 0 
+Size:              65532 kB
+Rss:               36864 kB
+Pss:               36864 kB
+`, 36864},
+		// QEMU splits the buffer into regions with guard pages between
+		// them for more than one vCPU.
+		{"two vCPUs: regions", `7fa180000000-7fa1803ff000 rwxp 00000000 00:00 0 
+Size:               4092 kB
+Rss:                4092 kB
+Pss:                4092 kB
+7fa1803ff000-7fa180400000 ---p 00000000 00:00 0 
+Size:                  4 kB
+Rss:                   0 kB
+Pss:                   0 kB
+7fa180400000-7fa1807ff000 rwxp 00000000 00:00 0 
+Size:               4092 kB
+Rss:                1024 kB
+Pss:                1024 kB
+`, 4092 + 1024},
 	} {
-		if c.got != c.want {
-			t.Errorf("%s = %.3f MiB, want %.3f", c.name, c.got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			m, err := parseSmaps(strings.NewReader(guestRAM+c.buffer+binary+heap), 256<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []struct {
+				name      string
+				got, want float64
+			}{
+				{"RSS", m.RSSMiB, mib(36864 + c.bufferKB + 5400 + 5432)},
+				{"guest", m.GuestMiB, mib(36864)},
+				{"overhead", m.OverheadMiB, mib(c.bufferKB + 5400 + 5432)},
+				{"TCG buffer", m.TCGBufferMiB, mib(c.bufferKB)},
+				{"file-backed", m.FileMiB, mib(5400)},
+				{"private", m.PrivateMiB, mib(5432)},
+				{"PSS overhead", m.OverheadPSSMiB, mib(c.bufferKB + 2700 + 5432)},
+			} {
+				if f.got != f.want {
+					t.Errorf("%s = %.3f MiB, want %.3f", f.name, f.got, f.want)
+				}
+			}
+		})
 	}
 }
 
@@ -65,42 +96,5 @@ func TestParseInfoJit(t *testing.T) {
 		if n, f, err := parseInfoJit(bad); err == nil {
 			t.Errorf("parseInfoJit(%q) = %d, %d; want an error", bad, n, f)
 		}
-	}
-}
-
-// TestParseSmapsRegions checks that a guest with more than one vCPU,
-// whose translation buffer QEMU splits into regions with guard pages
-// between them, has every region counted as the buffer.
-func TestParseSmapsRegions(t *testing.T) {
-	smaps := `7ff40fe00000-7ff41fe00000 rw-p 00000000 08:01 1234 /var/lib/husk/templates/x/vm/memory
-Size:             262144 kB
-Rss:               36864 kB
-Pss:               18432 kB
-7fa180000000-7fa1803ff000 rwxp 00000000 00:00 0 
-Size:               4092 kB
-Rss:                4092 kB
-Pss:                4092 kB
-7fa1803ff000-7fa180400000 ---p 00000000 00:00 0 
-Size:                  4 kB
-Rss:                   0 kB
-Pss:                   0 kB
-7fa180400000-7fa1807ff000 rwxp 00000000 00:00 0 
-Size:               4092 kB
-Rss:                1024 kB
-Pss:                1024 kB
-55fc60262000-55fc61558000 rw-p 00000000 00:00 0 [heap]
-Size:              19416 kB
-Rss:                5432 kB
-Pss:                5432 kB
-`
-	m, err := parseSmaps(strings.NewReader(smaps), 256<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := float64(4092+1024) / 1024; m.TCGBufferMiB != want {
-		t.Errorf("TCG buffer = %.3f MiB, want %.3f", m.TCGBufferMiB, want)
-	}
-	if want := float64(5432) / 1024; m.PrivateMiB != want {
-		t.Errorf("private = %.3f MiB, want %.3f", m.PrivateMiB, want)
 	}
 }
