@@ -21,6 +21,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // ent describes one tar entry of a test layer.
@@ -789,7 +791,7 @@ func TestNewUpper(t *testing.T) {
 			t.Errorf("upper has no journal:\n%s", out)
 		}
 		// The overlay's directories, as the guest agent would make them.
-		for _, d := range []string{UpperDir, OverlayWorkDir} {
+		for _, d := range []string{UpperDir, proto.UpperWorkDir} {
 			out, _ := debugfs(t, p, "stat /"+d)
 			if !strings.Contains(out, "Type: directory    Mode:  0755") || !strings.Contains(out, "User:     0   Group:     0") {
 				t.Errorf("/%s of the upper:\n%s", d, out)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // Upper disks are copies of a template formatted once per size, because a
@@ -115,10 +117,6 @@ func (s *Store) upperTemplate(ctx context.Context, size int64) (string, error) {
 	return final, nil
 }
 
-// OverlayWorkDir is the directory, relative to the root of an upper
-// disk, that the guest gives overlayfs as its work directory.
-const OverlayWorkDir = "work"
-
 // mkfsExt4 formats the file at p, which already has its final size, with
 // the overlay's directories in it.
 func mkfsExt4(ctx context.Context, p string) error {
@@ -131,7 +129,7 @@ func mkfsExt4(ctx context.Context, p string) error {
 		return fmt.Errorf("upper template content: %w", err)
 	}
 	defer os.RemoveAll(content)
-	for _, d := range []string{UpperDir, OverlayWorkDir} {
+	for _, d := range []string{UpperDir, proto.UpperWorkDir} {
 		// Chmod after Mkdir: the mode must not depend on the umask.
 		if err := os.Mkdir(filepath.Join(content, d), 0o755); err != nil {
 			return fmt.Errorf("upper template content: %w", err)

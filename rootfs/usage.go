@@ -11,12 +11,13 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // UpperDir is the directory, relative to the root of an upper disk, that
-// the guest mounts as the overlay's upper layer, next to OverlayWorkDir;
-// NewUpper formats both in.
-const UpperDir = "upper"
+// the guest mounts as the overlay's upper layer; NewUpper formats it in.
+const UpperDir = proto.UpperLayerDir
 
 // UpperUsage measures a container's writable layer on its upper disk
 // without booting anything: the sum of the apparent sizes of the files

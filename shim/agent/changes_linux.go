@@ -36,7 +36,7 @@ type DiffRootfs interface {
 // overlay's lower layers: the init layer, the lost+found whiteout if it
 // is stacked, and the image's base.
 func (g *GuestRootfs) DiffDirs() (string, []string) {
-	return filepath.Join(g.dir(), "upper", "upper"), g.lowerDirs()
+	return filepath.Join(g.dir(), "upper", proto.UpperLayerDir), g.lowerDirs()
 }
 
 // The freeze ioctls, _IOWR('X', 119, int) and _IOWR('X', 120, int) from

@@ -387,7 +387,7 @@ func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, 
 		unix.Unmount(baseDir, 0)
 		return "", fmt.Errorf("mount upper %s: %w", upper, err)
 	}
-	up, work := filepath.Join(upperDir, "upper"), filepath.Join(upperDir, "work")
+	up, work := filepath.Join(upperDir, proto.UpperLayerDir), filepath.Join(upperDir, proto.UpperWorkDir)
 	for _, p := range []string{up, work} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			g.unmount(baseDir, upperDir)

@@ -64,8 +64,8 @@ type layerStack struct {
 // a copied-up file recorded as metadata only.
 const overlayOptions = "redirect_dir=off,metacopy=off,index=off"
 
-func (l layerStack) upper() string { return filepath.Join(l.disk, "upper") }
-func (l layerStack) work() string  { return filepath.Join(l.disk, "work") }
+func (l layerStack) upper() string { return filepath.Join(l.disk, proto.UpperLayerDir) }
+func (l layerStack) work() string  { return filepath.Join(l.disk, proto.UpperWorkDir) }
 
 // layers returns the stacked layer directories, oldest first.
 func (l layerStack) layers() ([]string, error) {
