@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // benchPool measures `docker run --rm IMG true` taking a VM from huskd's
@@ -14,7 +12,7 @@ import (
 // run, untimed, the pool is let refill, so that every measured run takes
 // a pooled VM (the daemon log must say so for each).
 func benchPool(t *testing.T, b *benchResults, img string, ref *referenceDockerd, runs int) {
-	ready := fmt.Sprintf(`msg="pool VM ready" shape="256 MiB, %d CPUs, 1 NICs"`, containers.DefaultCPUs())
+	ready := poolReady()
 	const taken = "container VM taken from the pool"
 	readyBefore := logCount(t, ready)
 	if err := control.do("restart-with --pool-size 1"); err != nil {

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/husk-vm/husk/e2e/testimages"
-	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // poolVMs are the pids of the processes (pooled QEMUs) whose working
@@ -79,7 +78,7 @@ func TestPool(t *testing.T) {
 	img := pulled(t, testimages.Busybox)
 	waitTemplate(t)
 
-	ready := fmt.Sprintf(`msg="pool VM ready" shape="256 MiB, %d CPUs, 1 NICs"`, containers.DefaultCPUs())
+	ready := poolReady()
 	readyBefore := logCount(t, ready)
 	if err := control.do("restart-with --pool-size 1"); err != nil {
 		t.Fatalf("restart huskd with --pool-size 1: %v", err)

@@ -17,6 +17,12 @@ func templateReady() string {
 	return fmt.Sprintf(`msg="template ready" memory_mib=256 cpus=%d nics=1`, containers.DefaultCPUs())
 }
 
+// poolReady is the log line of a VM made ready in huskd's pool for its
+// default shape.
+func poolReady() string {
+	return fmt.Sprintf(`msg="pool VM ready" shape="256 MiB, %d CPUs, 1 NICs"`, containers.DefaultCPUs())
+}
+
 // waitTemplate waits until huskd says its default template (one NIC) is
 // ready: it is built in the background after the daemon starts.
 func waitTemplate(t *testing.T) {
