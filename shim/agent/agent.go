@@ -73,7 +73,8 @@ type Options struct {
 	ReapOrphans bool
 	// Refresher sets the clock and reseeds the RNG on OpRefresh; nil
 	// refuses OpRefresh (tests run the agent on a host they must not
-	// touch). cmd/husk-agent sets GuestRefresher.
+	// touch). OpClock needs it to be a ClockShifter too. cmd/husk-agent
+	// sets GuestRefresher.
 	Refresher Refresher
 	// Interfaces configures hot-plugged NICs on OpAddInterface and
 	// deconfigures them on OpRemoveInterface; nil refuses both, as for
@@ -403,6 +404,12 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			return err
 		}
 		return s.respond(proto.Response{})
+	case proto.OpClock:
+		resp, err := a.clock(req.Clock)
+		if err != nil {
+			return err
+		}
+		return s.respond(resp)
 	case proto.OpAddInterface, proto.OpRemoveInterface:
 		if err := a.changeInterface(ctx, req.Op, req.Interface); err != nil {
 			return err

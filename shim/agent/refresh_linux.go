@@ -38,6 +38,33 @@ func (GuestRefresher) SetClock(t time.Time) error {
 	return nil
 }
 
+// ClockShifter is a Refresher that also serves proto.OpClock.
+type ClockShifter interface {
+	Now() time.Time
+	// ShiftClock moves the wall clock by d from wherever it is now.
+	ShiftClock(d time.Duration) error
+}
+
+// Now reads the wall clock.
+func (GuestRefresher) Now() time.Time { return time.Now() }
+
+// ShiftClock steps the wall clock by d (adjtimex's ADJ_SETOFFSET), which,
+// unlike setting it, does not depend on when the request was sent. The
+// step is given in microseconds: ADJ_NANO would leave STA_NANO set, and
+// every later adjtimex in the guest would read nanoseconds where it
+// expects microseconds.
+func (GuestRefresher) ShiftClock(d time.Duration) error {
+	sec, usec := int64(d/time.Second), int64(d%time.Second/time.Microsecond)
+	if usec < 0 {
+		sec, usec = sec-1, usec+int64(time.Second/time.Microsecond)
+	}
+	tx := unix.Timex{Modes: unix.ADJ_SETOFFSET, Time: unix.Timeval{Sec: sec, Usec: usec}}
+	if _, err := unix.ClockAdjtime(unix.CLOCK_REALTIME, &tx); err != nil {
+		return fmt.Errorf("shift clock by %v: %w", d, err)
+	}
+	return nil
+}
+
 // Reseed credits entropy to the kernel's pool (RNDADDENTROPY) and forces
 // the CRNG to reseed from it now (RNDRESEEDCRNG) rather than at its next
 // scheduled reseed, so numbers drawn right after a restore already differ
@@ -89,6 +116,20 @@ func (a *Agent) refresh(ctx context.Context, spec *proto.RefreshSpec) error {
 	a.log.Debug("refreshed", "clock", spec.TimeUnixNano > 0, "entropy_bytes", len(spec.Entropy),
 		"identity", spec.Identity != nil)
 	return nil
+}
+
+// clock serves OpClock.
+func (a *Agent) clock(spec *proto.ClockSpec) (proto.Response, error) {
+	c, ok := a.opts.Refresher.(ClockShifter)
+	if !ok {
+		return proto.Response{}, &agentError{proto.KindInvalid, "clock: this agent does not manage the machine's clock"}
+	}
+	if spec != nil && spec.ShiftNano != 0 {
+		if err := c.ShiftClock(time.Duration(spec.ShiftNano)); err != nil {
+			return proto.Response{}, err
+		}
+	}
+	return proto.Response{TimeUnixNano: c.Now().UnixNano()}, nil
 }
 
 // takeIdentity makes a restored copy the container the host says it now

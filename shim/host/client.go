@@ -37,7 +37,10 @@ func (e *AgentError) Error() string { return e.Message }
 
 // Client talks to one agent over one session.
 type Client struct {
-	conn   net.Conn
+	conn net.Conn
+	// life ends when the client is closed; it bounds work the client
+	// goes on with after a call returns (Freshen's clock sync).
+	life   context.Context
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once sess or startErr is set
 	sess   *yamux.Session
@@ -57,7 +60,7 @@ func New(conn net.Conn) (*Client, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Client{conn: conn, cancel: cancel, ready: make(chan struct{}), procs: map[string]*Process{}}
+	c := &Client{conn: conn, life: ctx, cancel: cancel, ready: make(chan struct{}), procs: map[string]*Process{}}
 	go c.start(ctx, nonce)
 	return c, nil
 }

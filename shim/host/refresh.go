@@ -13,13 +13,31 @@ import (
 // its RNG and, with identity, makes a restored copy the container the host
 // says it is (Refresh). A restored guest's clock is its snapshot's; a
 // booted one's comes from an RTC read to the whole second.
+//
+// The refresh leaves the guest's clock behind by however long the request
+// took to reach the agent, so once it is answered Freshen goes on, in the
+// background for as long as the client lives, to correct that (SyncClock)
+// beside whatever the caller sends next. A guest whose agent cannot shift
+// its clock keeps the refresh's.
 func (c *Client) Freshen(ctx context.Context, identity *proto.IdentitySpec) error {
 	entropy := make([]byte, 64)
 	if _, err := rand.Read(entropy); err != nil {
 		return fmt.Errorf("entropy for the guest: %w", err)
 	}
-	return c.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy, Identity: identity})
+	if err := c.Refresh(ctx, proto.RefreshSpec{TimeUnixNano: time.Now().UnixNano(), Entropy: entropy, Identity: identity}); err != nil {
+		return err
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(c.life, clockSyncTimeout)
+		defer cancel()
+		_, _ = c.SyncClock(ctx)
+	}()
+	return nil
 }
+
+// clockSyncTimeout bounds Freshen's clock sync, which a guest that stops
+// answering must not hold up forever.
+const clockSyncTimeout = 30 * time.Second
 
 // Refresh asks the agent to set the guest clock and reseed its RNG after a
 // restore or a boot (proto.OpRefresh).

@@ -88,6 +88,8 @@ type Request struct {
 	Output *OutputSpec `json:"output,omitempty"`
 	// Limits is the argument of OpLimits.
 	Limits *LimitsSpec `json:"limits,omitempty"`
+	// Clock is the argument of OpClock.
+	Clock *ClockSpec `json:"clock,omitempty"`
 }
 
 // OutputSpec says how an output attachment hands bytes over.
@@ -120,6 +122,9 @@ type Response struct {
 	Exit    *ExitStatus `json:"exit,omitempty"`
 	Info    *AgentInfo  `json:"info,omitempty"`
 	Stat    *PathStat   `json:"stat,omitempty"`
+	// TimeUnixNano answers OpClock: the guest's wall clock as the agent
+	// answered.
+	TimeUnixNano int64 `json:"timeUnixNano,omitempty"`
 	// Processes answers OpTop.
 	Processes []ProcessInfo `json:"processes,omitempty"`
 	// Stats answers OpStats.

@@ -45,3 +45,19 @@ type IdentitySpec struct {
 	// checkpoint restored into its own container.
 	Network *NetworkSpec `json:"network,omitempty"`
 }
+
+// OpClock shifts the guest's wall clock by Request.Clock.Shift, if it is
+// set, and answers with the clock as the agent answers
+// (Response.TimeUnixNano). OpRefresh sets the clock to the host's time
+// when it sent the request, so the guest lags by how long the request
+// took to reach it: 100-170 ms for the first request into a guest just
+// restored or booted under TCG. A shift is relative, so the time it takes
+// to arrive does not matter, and the host works it out from OpClock's
+// answers alone (shim/host SyncClock).
+const OpClock Op = "clock"
+
+// ClockSpec is OpClock's argument; nil or a zero Shift only reads the
+// clock.
+type ClockSpec struct {
+	ShiftNano int64 `json:"shiftNano,omitempty"`
+}
