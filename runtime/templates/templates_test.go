@@ -281,6 +281,11 @@ func TestStartBuildsThenRestores(t *testing.T) {
 	if len(vm.DeviceMACs) != 1 || vm.DeviceMACs[0] != d.starts[0].Nets[0].MAC {
 		t.Errorf("DeviceMACs %v, want the template's %s", vm.DeviceMACs, d.starts[0].Nets[0].MAC)
 	}
+	// The agent reseeds beside what follows the refresh, and before any
+	// process starts: this start fails for want of a setup, after it.
+	if _, err := vm.Client.Start(ctx, "p", proto.ProcessSpec{Args: []string{"true"}}); err == nil {
+		t.Error("start without a setup succeeded")
+	}
 	if d.refresh.clocks != 1 || len(d.refresh.entropy) != 1 || len(d.refresh.entropy[0]) < 32 {
 		t.Errorf("refresh: %d clock sets, entropy %d, want one of each with >= 32 bytes", d.refresh.clocks, len(d.refresh.entropy))
 	}

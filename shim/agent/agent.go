@@ -141,6 +141,11 @@ type Agent struct {
 	// setupErr is why the last one failed (ProcessSpec.AwaitSetup).
 	setupEnded chan struct{}
 	setupErr   error
+	// reseeded is closed once the last refresh's RNG reseed has ended,
+	// and reseedErr is why it failed; nil before any refresh
+	// (awaitReseed).
+	reseeded  chan struct{}
+	reseedErr error
 
 	// pmu orders process creation against reaping so that no exit goes
 	// unattributed between fork and registration.
@@ -373,6 +378,9 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			if err := a.awaitSetup(ctx, sess.CloseChan()); err != nil {
 				return err
 			}
+		}
+		if err := a.awaitReseed(ctx, sess.CloseChan()); err != nil {
+			return err
 		}
 		p, err := a.start(req.ID, *req.Process)
 		if err != nil {

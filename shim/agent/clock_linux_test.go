@@ -1,11 +1,13 @@
 package agent_test
 
 import (
+	"bytes"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
 )
@@ -109,5 +111,74 @@ func TestFreshenSyncsClock(t *testing.T) {
 			t.Fatalf("no clock shift after the refresh; guest %v off", after)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// slowReseed is a Refresher whose reseed waits to be released.
+type slowReseed struct {
+	fakeRefresher
+	release chan struct{}
+	err     error
+}
+
+func (s *slowReseed) Reseed(b []byte) error {
+	<-s.release
+	if s.err != nil {
+		return s.err
+	}
+	return s.fakeRefresher.Reseed(b)
+}
+
+// A refresh answers before its reseed ends, and a process starts only
+// after it, or not at all when it failed.
+func TestReseedBeforeStart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		wantErr string
+	}{
+		{"reseeded", nil, ""},
+		{"failed", errors.New("reseed rng: no"), "start: reseed rng: no"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &slowReseed{release: make(chan struct{}), err: tc.err}
+			c := serveAgent(t, agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(makeRoot(t)), StateDir: t.TempDir(), Refresher: r})
+			if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky"}); err != nil {
+				t.Fatal(err)
+			}
+			entropy := bytes.Repeat([]byte{9}, 32)
+			if err := c.Refresh(ctx(t), proto.RefreshSpec{Entropy: entropy}); err != nil {
+				t.Fatalf("refresh with its reseed held: %v", err)
+			}
+			started := make(chan error, 1)
+			go func() {
+				p, err := c.Start(ctx(t), "p", proto.ProcessSpec{Args: []string{"sh", "-c", "exit 0"}})
+				if err == nil {
+					_, err = p.Wait(ctx(t))
+				}
+				started <- err
+			}()
+			select {
+			case err := <-started:
+				t.Fatalf("a process started before the reseed ended (%v)", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			close(r.release)
+			err := <-started
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("start after the reseed: %v", err)
+				}
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				if !bytes.Equal(r.entropy, entropy) {
+					t.Errorf("reseeded with %x, want %x", r.entropy, entropy)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("start after a failed reseed: %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }
