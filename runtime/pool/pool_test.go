@@ -28,8 +28,9 @@ type fakeTemplates struct {
 	t *testing.T
 
 	mu       sync.Mutex
-	current  string // the template's name; "" has none ready
-	fail     error  // Start fails with it
+	current  string       // the template's name; "" has none ready
+	fail     error        // Start fails with it
+	failed   []vmm.Config // the Starts that failed with fail
 	restores []vmm.Config
 	machines []*fakeMachine
 	refresh  fakeRefresher
@@ -57,6 +58,7 @@ func (f *fakeTemplates) Start(ctx context.Context, cfg vmm.Config) (*templates.V
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
+		f.failed = append(f.failed, cfg)
 		return nil, f.fail
 	}
 	if f.current == "" {
@@ -126,6 +128,12 @@ func (f *fakeTemplates) agentDir() (string, error) {
 		f.t.Errorf("remove %s: still written to", dir)
 	})
 	return dir, nil
+}
+
+func (f *fakeTemplates) failedStarts() []vmm.Config {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.failed)
 }
 
 func (f *fakeTemplates) all() []*fakeMachine {
@@ -518,11 +526,27 @@ func TestErrorsLeaveNothing(t *testing.T) {
 		defer p.mu.Unlock()
 		return p.shapes[w.shape].failures >= 3
 	})
-	if got := w.taps.names(); len(got) != 0 {
-		t.Errorf("TAPs after failed restores: %v", got)
+	// The pool retries at once (Retry is 1 ms), so a restore after the
+	// failed ones may be under way: what the failed ones made must be
+	// gone, whatever the next one has made by now.
+	taps, entries := w.taps.names(), dirEntries(t, w.dir)
+	failed := w.tpl.failedStarts()
+	if len(failed) < 3 {
+		t.Fatalf("%d failed restores recorded, want 3 or more", len(failed))
 	}
-	if got := dirEntries(t, w.dir); len(got) != 0 {
-		t.Errorf("pool dir after failed restores: %v", got)
+	for _, cfg := range failed {
+		if filepath.Dir(cfg.Dir) != w.dir || len(cfg.Nets) == 0 {
+			t.Fatalf("failed restore into %s with NICs %+v, want a directory of the pool's and a TAP", cfg.Dir, cfg.Nets)
+		}
+		for _, n := range cfg.Nets {
+			if slices.Contains(taps, n.Tap) {
+				t.Errorf("TAP %s of a failed restore left (TAPs %v)", n.Tap, taps)
+			}
+		}
+		name := filepath.Base(cfg.Dir)
+		if slices.Contains(entries, name) || slices.Contains(entries, name+".taps") {
+			t.Errorf("files of the failed restore into %s left (pool dir %v)", cfg.Dir, entries)
+		}
 	}
 
 	w.tpl.setFail(nil)
