@@ -463,7 +463,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 			p.stdin = stdinW
 		}
 		p.tty = master
-		go p.stdout.pump(keepOpen{master})
+		go p.stdout.pump(&terminalOutput{f: master, exited: p.exited})
 		go p.stderr.pump(noOutput{})
 	} else {
 		go p.stdout.pump(outR)

@@ -98,10 +98,31 @@ type noOutput struct{}
 func (noOutput) Read([]byte) (int, error) { return 0, io.EOF }
 func (noOutput) Close() error             { return nil }
 
-// keepOpen lets the output pump read the terminal without closing it at the
-// end: the master side stays usable for resizes until the process is
-// forgotten.
-type keepOpen struct{ f *os.File }
+// terminalOutput is what the output pump reads a process's terminal
+// through. It does not close the master side at the end, which stays
+// usable for resizes until the process is forgotten.
+//
+// Linux answers a read of the master with EIO once the last slave
+// descriptor closes, and that EIO can come before the last bytes written
+// to the slave are readable: here (6.18 host kernel) about one terminal
+// exec in a thousand lost its last line that way, and a second read made
+// 25-150 µs later returned it. So the first EIO ends the output only after
+// the process has exited (containerd's console waits for the exit too),
+// and a read after that takes what arrived late.
+type terminalOutput struct {
+	f       *os.File
+	exited  <-chan struct{}
+	drained bool
+}
 
-func (k keepOpen) Read(b []byte) (int, error) { return k.f.Read(b) }
-func (keepOpen) Close() error                 { return nil }
+func (t *terminalOutput) Read(b []byte) (int, error) {
+	n, err := t.f.Read(b)
+	if n == 0 && errors.Is(err, unix.EIO) && !t.drained {
+		<-t.exited
+		t.drained = true
+		return t.f.Read(b)
+	}
+	return n, err
+}
+
+func (*terminalOutput) Close() error { return nil }
