@@ -110,16 +110,16 @@ func (noOutput) Close() error             { return nil }
 // the process has exited (containerd's console waits for the exit too),
 // and a read after that takes what arrived late.
 type terminalOutput struct {
-	f       *os.File
-	exited  <-chan struct{}
-	drained bool
+	f             *os.File
+	exited        <-chan struct{}
+	waitedForExit bool
 }
 
 func (t *terminalOutput) Read(b []byte) (int, error) {
 	n, err := t.f.Read(b)
-	if n == 0 && errors.Is(err, unix.EIO) && !t.drained {
+	if n == 0 && errors.Is(err, unix.EIO) && !t.waitedForExit {
 		<-t.exited
-		t.drained = true
+		t.waitedForExit = true
 		return t.f.Read(b)
 	}
 	return n, err
