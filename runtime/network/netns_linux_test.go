@@ -11,6 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The runtime parks, rather than ends, the main thread when a goroutine
+// locked to it exits; locking it to the main goroutine keeps testNetns.do
+// from ever leaving the test binary's main thread in a test namespace.
+func init() { runtime.LockOSThread() }
+
 // testNetns is a network namespace made for one test with `ip netns add`;
 // nothing a test here does to links or rules ever touches another one.
 type testNetns struct {
