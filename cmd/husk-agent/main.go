@@ -27,8 +27,12 @@ func main() {
 		console = os.Stderr
 	}
 	log := slog.New(slog.NewTextHandler(console, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	err = run(context.Background(), log)
-	if err != nil {
+	// Package agent keeps this goroutine on the main thread (see its
+	// init); the agent's work runs on another, whose wake-ups need not wait
+	// for that one thread.
+	done := make(chan error, 1)
+	go func() { done <- run(context.Background(), log) }()
+	if err = <-done; err != nil {
 		log.Error("husk-agent failed", "err", err)
 	}
 	if os.Getpid() != 1 {
