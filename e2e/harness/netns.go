@@ -61,12 +61,18 @@ func (n *Netns) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("nsenter", append([]string{"--net=" + n.Path, "--", name}, args...)...)
 }
 
+// The main goroutine keeps the main thread to itself, so no goroutine that
+// Do leaves locked can run there.
+func init() { runtime.LockOSThread() }
+
 // Do runs fn on an OS thread that has joined the namespace, so sockets fn
 // creates belong to it. The thread returns to the root namespace
 // afterwards; if it cannot, it stays locked, and the runtime ends it when
-// the goroutine exits instead of reusing it in the wrong namespace. Threads
-// must not end in the normal case: a child started with Pdeathsig from a
-// thread gets its signal when that thread exits.
+// the goroutine exits instead of reusing it in the wrong namespace (the
+// init above keeps that thread from being the main one, which the runtime
+// would park for good instead). Threads must not end in the normal case:
+// a child started with Pdeathsig from a thread gets its signal when that
+// thread exits.
 func (n *Netns) Do(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {

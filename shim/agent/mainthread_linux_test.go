@@ -20,7 +20,7 @@ func TestThrownAwayThreadsAreNeverTheMainThread(t *testing.T) {
 	}
 	jail := t.TempDir()
 	mainRoot := fmt.Sprintf("/proc/self/task/%d/root", os.Getpid())
-	for round := 0; round < 50; round++ {
+	for round := range 50 {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Add(1)
