@@ -51,31 +51,7 @@ type Kernel struct {
 // blocks). Containers see the same modules as under this host's dockerd,
 // whose kernel has lockdown, capability, landlock and bpf; capability is
 // always on.
-//
-// tsc=reliable keeps the TSC as the guest's clocksource with more than one
-// vCPU. QEMU's TCG CPU is not Intel's and has no invariant TSC, so the
-// kernel assumes the TSCs of its CPUs unsynchronized without measuring
-// them and falls back to the HPET, whose every read is an exit to the
-// VMM: clock_gettime took ~1.9 µs in a two-vCPU guest against 0.12-0.25
-// µs on the TSC, and a `docker exec true` 66 ms against 62 (medians,
-// n=20). The TSCs are in fact one counter: TCG derives every vCPU's from
-// the host's under one lock that keeps it monotonic, and a guest thread
-// on each vCPU saw no step back in 15 s of cross-CPU reads on a loaded
-// host. Under KVM either clocksource the kernel picks (kvm-clock or the
-// TSC) is read without an exit; Kata Containers boots its guests with the
-// same option.
-//
-// no_timer_check skips the kernel's test of whether the PIT's interrupt
-// reaches it through the IO-APIC: it spins for ~65 ms of TSC cycles and
-// wants four ticks in that time, which a guest whose VMM threads wait for
-// a busy host's cores does not always see. QEMU routes that interrupt
-// correctly, but on a false failure the kernel rewires its timer ("MP-BIOS
-// bug: 8254 timer not connected to IO-APIC", then a virtual wire through
-// the 8259A): with two CPU hogs beside ten concurrent cold boots, 6 of 20
-// guests did so, and one in ~100 of the bench's ten concurrent cold boots
-// never reached its agent, its console ending at that line. Kata
-// Containers passes the same option.
-const BootArgs = "cryptomgr.notests lsm=lockdown,landlock,bpf tsc=reliable no_timer_check"
+const BootArgs = "cryptomgr.notests lsm=lockdown,landlock,bpf"
 
 // modulesRoot is where distributions install modules; Find looks for
 // <modulesRoot>/<Version>.

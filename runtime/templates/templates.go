@@ -92,10 +92,8 @@ const (
 // that restores map copy-on-write (vmm.Config.FileMemory); templates of
 // format 1 carried it in the snapshot's stream. 3: the guest booted on
 // the VMM's current CPU model (QEMU under TCG dropped ERMS), which its
-// restores keep. 4: the guest booted with tsc=reliable (kernel.BootArgs),
-// a clocksource its restores cannot change. Templates of an older format
-// are rebuilt.
-const format = 4
+// restores keep. Templates of an older format are rebuilt.
+const format = 3
 
 // Key is what a template fits: a VM restored from it has exactly these.
 type Key struct {
