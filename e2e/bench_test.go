@@ -176,7 +176,7 @@ func benchDockerRun(host string, args ...string) func() error {
 		cmd := exec.CommandContext(context.Background(), suite.DockerCLI, append([]string{"--host", host, "run", "--rm"}, args...)...)
 		cmd.Env = dockerEnv()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("docker run via %s: %v: %s", host, err, out)
+			return fmt.Errorf("docker run via %s: %v: %s%s", host, err, out, guestConsoles(string(out)))
 		}
 		return nil
 	}
@@ -500,7 +500,7 @@ func benchConcurrent(t *testing.T, b *benchResults, img string, runs int) {
 					cmd := exec.Command(suite.DockerCLI, append(args, img, "sleep", "600")...)
 					cmd.Env = dockerEnv()
 					if out, err := cmd.CombinedOutput(); err != nil {
-						errs[i] = fmt.Errorf("%s: %v: %s", name, err, out)
+						errs[i] = fmt.Errorf("%s: %v: %s%s", name, err, out, guestConsoles(string(out)))
 					}
 				}()
 			}

@@ -53,8 +53,26 @@ func docker(t *testing.T, args ...string) result {
 func dockerStdin(t *testing.T, in io.Reader, args ...string) result {
 	t.Helper()
 	res := runCLI(t, dockerEnv(), in, args...)
-	t.Logf("$ docker %s\n  exit %d, stdout %q, stderr %q", strings.Join(args, " "), res.Code, clip(res.Stdout), clip(res.Stderr))
+	t.Logf("$ docker %s\n  exit %d, stdout %q, stderr %q%s", strings.Join(args, " "), res.Code, clip(res.Stdout), clip(res.Stderr), guestConsoles(res.Stderr))
 	return res
+}
+
+// consoleLogRe finds the guest console logs that huskd's errors name.
+var consoleLogRe = regexp.MustCompile(`\(console log: ([^\s)]+)\)`)
+
+// guestConsoles returns the last lines of each guest console log that
+// text names, read now: the container that owns the log is usually
+// removed, and the log with it, before anyone can look at a failure.
+func guestConsoles(text string) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, m := range consoleLogRe.FindAllStringSubmatch(text, -1) {
+		if p := m[1]; !seen[p] {
+			seen[p] = true
+			fmt.Fprintf(&b, "\n  last lines of guest console %s:\n%s", p, tail(p, 30))
+		}
+	}
+	return b.String()
 }
 
 // runCLI runs the docker CLI with env and stdin in (nil: none) and
