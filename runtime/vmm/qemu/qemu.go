@@ -189,6 +189,12 @@ type Driver struct {
 	// firmwareQboot, else "" (QEMU's default).
 	firmwareOnce sync.Once
 	firmware     string
+
+	// versionMu guards version, what the binary said for --version, and
+	// versionOf, the file that said it (see Version).
+	versionMu sync.Mutex
+	versionOf binaryFile
+	version   string
 }
 
 // kernelFile identifies a kernel image on disk.
@@ -1118,21 +1124,4 @@ func (m *Machine) qmpCommand(ctx context.Context, command string) error {
 		return fmt.Errorf("qemu %d %s: %w", m.pid, command, err)
 	}
 	return nil
-}
-
-// Version implements vmm.Driver: the first line of `qemu --version`.
-func (d *Driver) Version(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, d.binary, "--version").Output()
-	if err != nil {
-		return "", fmt.Errorf("%s --version: %w", d.binary, err)
-	}
-	line, _, _ := strings.Cut(string(out), "\n")
-	// "QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u16)"
-	// The device plan is part of the version: snapshots (templates and
-	// checkpoints) restore only into VMs with the same devices, so a new
-	// plan must not be handed the old ones.
-	if f := strings.Fields(line); len(f) >= 4 && f[1] == "emulator" {
-		return fmt.Sprintf("qemu %s (devices v%d)", f[3], pciSlotPlan), nil
-	}
-	return fmt.Sprintf("%s (devices v%d)", strings.TrimSpace(line), pciSlotPlan), nil
 }
