@@ -25,7 +25,7 @@ const UpperDir = proto.UpperLayerDir
 // at all. That is how dockerd sizes a container's writable layer (SizeRw),
 // so `docker ps -s` and `docker system df` show the same figures for the
 // same writes; a count of the disk's allocated blocks would instead charge
-// every container the journal and the metadata mkfs wrote (about 4 MiB),
+// every container the journal and the metadata mkfs wrote,
 // and lose sparse files' apparent size.
 //
 // The disk is read with debugfs (e2fsprogs, already needed for mkfs),
