@@ -760,6 +760,35 @@ func TestNewRemovesStaleTemps(t *testing.T) {
 	}
 }
 
+// TestNewRemovesOldTemplates: upper templates of another templateVersion
+// go when the store opens; the current one and other files stay.
+func TestNewRemovesOldTemplates(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := New(dir); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]bool{ // name: kept
+		"upper-v1-17179869184.ext4":                      false,
+		"upper-v2-8589934592.ext4":                       false,
+		"upper-" + templateVersion + "-17179869184.ext4": true,
+		"other.ext4": true,
+	}
+	for name := range files {
+		if err := os.WriteFile(filepath.Join(dir, "templates", name), nil, 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := New(dir); err != nil {
+		t.Fatal(err)
+	}
+	for name, kept := range files {
+		_, err := os.Stat(filepath.Join(dir, "templates", name))
+		if got := err == nil; got != kept {
+			t.Errorf("%s: kept = %t, want %t (%v)", name, got, kept, err)
+		}
+	}
+}
+
 func TestNewUpper(t *testing.T) {
 	findTool(t, "mkfs.ext4")
 	findTool(t, "e2fsck")

@@ -81,7 +81,30 @@ func New(dir string) (*Store, error) {
 			return nil, err
 		}
 	}
+	if err := removeOldTemplates(s.templateDir); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// removeOldTemplates deletes the upper templates that another
+// templateVersion formatted: no NewUpper copies them any more, and each
+// holds a few MiB for as long as it stays.
+func removeOldTemplates(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, "upper-") || strings.HasPrefix(name, "upper-"+templateVersion+"-") {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove old upper template %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // removeTemps deletes half-written files a crash left in dir.
