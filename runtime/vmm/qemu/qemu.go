@@ -181,9 +181,9 @@ type Driver struct {
 	log         *slog.Logger
 
 	// bootMu guards boot: which file boots each kernel image, decided
-	// once per image (by path, size and modification time).
+	// once per image file (fileID).
 	bootMu sync.Mutex
-	boot   map[kernelFile]string
+	boot   map[fileID]string
 
 	// firmwareOnce finds out whether QEMU has qboot: firmware is then
 	// firmwareQboot, else "" (QEMU's default).
@@ -193,15 +193,8 @@ type Driver struct {
 	// versionMu guards version, what the binary said for --version, and
 	// versionOf, the file that said it (see Version).
 	versionMu sync.Mutex
-	versionOf binaryFile
+	versionOf fileID
 	version   string
-}
-
-// kernelFile identifies a kernel image on disk.
-type kernelFile struct {
-	path  string
-	size  int64
-	mtime time.Time
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -209,7 +202,7 @@ var _ vmm.Driver = (*Driver)(nil)
 // New returns a QEMU driver.
 func New(opts Options) *Driver {
 	d := &Driver{binary: opts.Binary, machine: opts.Machine, runAs: opts.RunAs, tbMiB: opts.TBSizeMiB,
-		kernelCache: opts.KernelCache, log: opts.Logger, boot: map[kernelFile]string{}}
+		kernelCache: opts.KernelCache, log: opts.Logger, boot: map[fileID]string{}}
 	if d.tbMiB == 0 {
 		d.tbMiB = DefaultTBSizeMiB
 	}
@@ -530,11 +523,10 @@ func (d *Driver) bootKernel(ctx context.Context, path string) (string, error) {
 	if d.kernelCache == "" {
 		return path, nil
 	}
-	st, err := os.Stat(path)
+	key, err := statFile(path)
 	if err != nil {
 		return "", fmt.Errorf("guest kernel: %w", err)
 	}
-	key := kernelFile{path: path, size: st.Size(), mtime: st.ModTime()}
 	d.bootMu.Lock()
 	defer d.bootMu.Unlock()
 	if f, ok := d.boot[key]; ok {

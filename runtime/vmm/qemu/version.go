@@ -9,30 +9,27 @@ import (
 	"syscall"
 )
 
-// binaryFile identifies the file a binary's name resolves to. A package
-// upgrade renames a new file into place, which changes its inode and its
-// times, so a changed binary never matches an old binaryFile.
-type binaryFile struct {
+// fileID identifies a file the driver derives something from once (a
+// kernel's boot file, the binary's version). A package upgrade renames a
+// new file into place, which changes its inode and its times, so a
+// replaced file never matches an old fileID.
+type fileID struct {
 	path       string
 	dev, ino   uint64
 	size       int64
 	mtim, ctim syscall.Timespec
 }
 
-func statBinary(name string) (binaryFile, error) {
-	path, err := exec.LookPath(name)
-	if err != nil {
-		return binaryFile{}, err
-	}
+func statFile(path string) (fileID, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return binaryFile{}, err
+		return fileID{}, err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return binaryFile{}, fmt.Errorf("stat %s: no inode", path)
+		return fileID{}, fmt.Errorf("stat %s: no inode", path)
 	}
-	return binaryFile{path: path, dev: st.Dev, ino: st.Ino, size: st.Size, mtim: st.Mtim, ctim: st.Ctim}, nil
+	return fileID{path: path, dev: st.Dev, ino: st.Ino, size: st.Size, mtim: st.Mtim, ctim: st.Ctim}, nil
 }
 
 // Version implements vmm.Driver: the first line of `qemu --version`, with
@@ -44,7 +41,11 @@ func statBinary(name string) (binaryFile, error) {
 // is asked once per binary file: again only when the name resolves to
 // another file, or the file changes.
 func (d *Driver) Version(ctx context.Context) (string, error) {
-	bin, err := statBinary(d.binary)
+	path, err := exec.LookPath(d.binary)
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", d.binary, err)
+	}
+	bin, err := statFile(path)
 	if err != nil {
 		return "", fmt.Errorf("%s --version: %w", d.binary, err)
 	}
