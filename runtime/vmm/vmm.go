@@ -41,8 +41,12 @@ type Config struct {
 	// every Restore of that snapshot maps the file copy-on-write: a
 	// restore then copies no RAM up front, the guest's pages come in as
 	// it touches them, and restores share every page none of them has
-	// written. Drivers that cannot do this refuse it
-	// (errdefs.ErrNotImplemented); it cannot be combined with Shares.
+	// written. On a Restore of such a snapshot, FileMemory has the VM
+	// write through to a copy of the snapshot's file in Dir instead, so
+	// that a snapshot of the restored VM is again one whose restores map
+	// their RAM (a template made from a template). Drivers that cannot do
+	// this refuse it (errdefs.ErrNotImplemented); it cannot be combined
+	// with Shares.
 	FileMemory bool
 	// BeforeResume, on a Restore, runs once the snapshot is loaded and
 	// before the guest runs again; if it fails, so does the Restore, and

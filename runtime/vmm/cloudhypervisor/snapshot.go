@@ -119,6 +119,9 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 	if err := validate(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.FileMemory {
+		return nil, fmt.Errorf("restore vm %s: file-backed memory: %w", cfg.ID, errdefs.ErrNotImplemented)
+	}
 	snapshotDir, err := filepath.Abs(snapshotDir)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot dir: %w", err)

@@ -282,6 +282,10 @@ const (
 type memorySpec struct {
 	path   string
 	shared bool
+	// from, for a shared file, is a RAM file the VM's starts as a copy
+	// of (a restore's that writes through: vmm.Config.FileMemory); empty,
+	// the VM's starts as zeros.
+	from string
 }
 
 // launch starts QEMU for cfg, waiting for an incoming migration when
@@ -334,7 +338,11 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 		return nil, err
 	}
 	if mem.shared {
-		if err := createMemoryFile(filepath.Join(dir, mem.path), memoryMiB(cfg)); err != nil {
+		create := func(p string) error { return createMemoryFile(p, memoryMiB(cfg)) }
+		if mem.from != "" {
+			create = func(p string) error { return copyMemoryFile(ctx, p, mem.from) }
+		}
+		if err := create(filepath.Join(dir, mem.path)); err != nil {
 			dirFD.Close()
 			return nil, fmt.Errorf("start vm %s: %w", cfg.ID, err)
 		}
@@ -825,6 +833,27 @@ func createMemoryFile(path string, memMiB int) error {
 	defer f.Close()
 	if err := f.Truncate(int64(memMiB) << 20); err != nil {
 		return fmt.Errorf("size memory file: %w", err)
+	}
+	return nil
+}
+
+// copyMemoryFile makes the RAM file at path a copy of src, replacing one a
+// dead VM left, readable by root only like createMemoryFile's. cp
+// rather than a copy loop here: it clones extents where the file system
+// can and otherwise copies only src's data, keeping its holes (a
+// template's 256 MiB file holds ~90 MB), as rootfs.CopyDisk does for
+// disks, which a VMM driver does not import.
+func copyMemoryFile(ctx context.Context, path, src string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove old memory file: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, "cp", "--reflink=auto", "--sparse=always", "--", src, path).CombinedOutput()
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("copy memory file %s: %w: %s", src, err, bytes.TrimSpace(out))
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		return fmt.Errorf("copy memory file: %w", err)
 	}
 	return nil
 }

@@ -397,15 +397,22 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 
 	// A FileMemory snapshot's RAM is its file, mapped copy-on-write
 	// (share=off): the stream holds none, nothing is read up front, and
-	// the file is never written.
+	// the file is never written. A FileMemory restore writes through to a
+	// copy of it instead, so that its own snapshots carry RAM as a file.
 	var mem memorySpec
-	if want.FileMemory {
+	switch {
+	case want.FileMemory:
 		if mem.path, err = filepath.Abs(filepath.Join(snapshotDir, memoryFile)); err != nil {
 			return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 		}
 		if _, err := os.Stat(mem.path); err != nil {
 			return nil, fmt.Errorf("restore vm %s: snapshot memory: %w", cfg.ID, err)
 		}
+		if cfg.FileMemory {
+			mem = memorySpec{path: memoryFile, shared: true, from: mem.path}
+		}
+	case cfg.FileMemory:
+		return nil, fmt.Errorf("restore vm %s: file-backed memory needs a snapshot whose RAM is a file: %w", cfg.ID, errdefs.ErrNotImplemented)
 	}
 	t0 := time.Now()
 	m, err := d.launch(ctx, cfg, argSpec{netSlots: want.netSlots(), incoming: true, memory: mem, cpu: want.cpu(), firmware: want.Firmware})

@@ -371,6 +371,40 @@ func TestFileMemorySnapshot(t *testing.T) {
 	if r := say(t, ctx, again, "incr"); r != "count 5" {
 		t.Errorf("restore of a restore: %q, want count 5", r)
 	}
+
+	// A FileMemory restore writes through to a copy of the file, in its
+	// own directory, so its snapshot is again one whose RAM is a file.
+	wcfg := vmConfig(t, env, "filemem-write")
+	wcfg.FileMemory = true
+	w, err := drv.Restore(ctx, wcfg, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(w) })
+	if r := say(t, ctx, w, "incr"); r != "count 3" {
+		t.Fatalf("file-memory restore: %q, want count 3", r)
+	}
+	snap3 := filepath.Join(filepath.Dir(wcfg.Dir), "snap3")
+	if err := os.Mkdir(snap3, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Snapshot(ctx, snap3); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(snap3, stateFile)); err != nil || st.Size() > 8<<20 {
+		t.Fatalf("file-memory restore's snapshot stream: %v, want one without RAM", err)
+	}
+	if after := fileDigest(t, filepath.Join(snap, memoryFile)); after != before {
+		t.Fatal("a file-memory restore wrote to its snapshot's memory file")
+	}
+	third, err := drv.Restore(ctx, vmConfig(t, env, "filemem-third"), snap3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopVM(third) })
+	if r := say(t, ctx, third, "incr"); r != "count 4" {
+		t.Errorf("restore of a file-memory restore: %q, want count 4", r)
+	}
 }
 
 func fileDigest(t *testing.T, path string) string {
