@@ -402,6 +402,14 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			return err
 		}
 		return s.respond(proto.Response{})
+	case proto.OpMountRoot:
+		if req.MountRoot == nil {
+			return &agentError{proto.KindInvalid, "mount-root: missing spec"}
+		}
+		if err := a.mountRoot(ctx, *req.MountRoot); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{})
 	case proto.OpLimits:
 		if err := a.setLimits(req.Limits); err != nil {
 			return err
@@ -743,4 +751,24 @@ func (a *Agent) killAll(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// mountRoot mounts a container root ahead of the setup that will use it
+// (proto.OpMountRoot), and syncs it: what the mounts dirtied is written
+// before the guest is snapshotted, rather than by every guest restored
+// from it.
+func (a *Agent) mountRoot(ctx context.Context, spec proto.MountRootSpec) error {
+	if spec.BaseSerial == "" || spec.UpperSerial == "" {
+		return &agentError{proto.KindInvalid, "mount-root: missing disk serials"}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.root != "" || a.warming {
+		return &agentError{proto.KindInvalid, "mount-root: the guest is set up or warming"}
+	}
+	if _, err := a.opts.Rootfs.Mount(ctx, proto.SetupSpec{BaseSerial: spec.BaseSerial, UpperSerial: spec.UpperSerial}); err != nil {
+		return fmt.Errorf("mount-root: %w", err)
+	}
+	unix.Sync()
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -858,4 +859,60 @@ func TestAwaitSetup(t *testing.T) {
 			t.Error("start succeeded without a setup")
 		}
 	})
+}
+
+// recordingRootfs is a Rootfs that records the disks of each mount.
+type recordingRootfs struct {
+	dir    string
+	mu     sync.Mutex
+	mounts []proto.SetupSpec
+}
+
+func (r *recordingRootfs) Mount(_ context.Context, spec proto.SetupSpec) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mounts = append(r.mounts, spec)
+	return r.dir, nil
+}
+func (*recordingRootfs) Unmount(context.Context) error { return nil }
+
+// TestMountRoot: OpMountRoot mounts the root of the disks it names, and
+// is refused without serials or once the guest is set up.
+func TestMountRoot(t *testing.T) {
+	rootfs := &recordingRootfs{dir: makeRoot(t)}
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: rootfs, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	l := make(listener)
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Serve(sctx, l)
+	h, ag := net.Pipe()
+	l <- ag
+	c, err := host.New(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	if err := c.MountRoot(ctx(t), proto.MountRootSpec{BaseSerial: "b"}); err == nil {
+		t.Error("mount-root without an upper serial succeeded")
+	}
+	if err := c.MountRoot(ctx(t), proto.MountRootSpec{BaseSerial: "b", UpperSerial: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rootfs.mounts) != 1 || rootfs.mounts[0].BaseSerial != "b" || rootfs.mounts[0].UpperSerial != "u" || rootfs.mounts[0].Hostname != "" {
+		t.Fatalf("mounts %+v, want one of disks b and u without a hostname", rootfs.mounts)
+	}
+	if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky", BaseSerial: "b", UpperSerial: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MountRoot(ctx(t), proto.MountRootSpec{BaseSerial: "b", UpperSerial: "u"}); err == nil {
+		t.Error("mount-root after the setup succeeded")
+	}
+	if len(rootfs.mounts) != 2 {
+		t.Errorf("mounts %+v, want the mount-root's and the setup's", rootfs.mounts)
+	}
 }

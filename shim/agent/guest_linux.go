@@ -347,7 +347,13 @@ type GuestRootfs struct {
 	// writable layer (proto.InitLayerDir, proto.HideLostFoundDir), which
 	// the initramfs carries. Empty, each setup builds them under Dir.
 	InitLayer, HideLostFound string
+
+	// mounted are the disks of the root mounted now; zero when none is.
+	mounted rootDisks
 }
+
+// rootDisks are the serials of a root's base and upper disks.
+type rootDisks struct{ base, upper string }
 
 func (g *GuestRootfs) dir() string {
 	if g.Dir == "" {
@@ -357,8 +363,20 @@ func (g *GuestRootfs) dir() string {
 }
 
 // Mount finds the disks by serial, mounts them and the overlay, and sets
-// the machine's hostname.
+// the machine's hostname. A root of the same disks mounted already (by
+// OpMountRoot, before an image template's snapshot) is the one returned.
 func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, error) {
+	want := rootDisks{spec.BaseSerial, spec.UpperSerial}
+	switch g.mounted {
+	case rootDisks{}:
+	case want:
+		if err := setHostname(spec.Hostname); err != nil {
+			return "", err
+		}
+		return filepath.Join(g.dir(), "root"), nil
+	default:
+		return "", fmt.Errorf("mount root of disks %s and %s: the root of disks %s and %s is mounted", want.base, want.upper, g.mounted.base, g.mounted.upper)
+	}
 	base, err := findDisk(ctx, spec.BaseSerial)
 	if err != nil {
 		return "", err
@@ -403,17 +421,27 @@ func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, 
 		g.unmount(baseDir, upperDir)
 		return "", fmt.Errorf("mount overlay: %w", err)
 	}
-	if spec.Hostname != "" {
-		if err := unix.Sethostname([]byte(spec.Hostname)); err != nil {
-			return "", fmt.Errorf("set hostname: %w", err)
-		}
+	g.mounted = want
+	if err := setHostname(spec.Hostname); err != nil {
+		return "", err
 	}
 	return rootDir, nil
+}
+
+func setHostname(name string) error {
+	if name == "" {
+		return nil
+	}
+	if err := unix.Sethostname([]byte(name)); err != nil {
+		return fmt.Errorf("set hostname: %w", err)
+	}
+	return nil
 }
 
 // Unmount releases the overlay and both disks.
 func (g *GuestRootfs) Unmount(ctx context.Context) error {
 	d := g.dir()
+	g.mounted = rootDisks{}
 	return g.unmount(filepath.Join(d, "root"), filepath.Join(d, "upper"), filepath.Join(d, "base"))
 }
 

@@ -15,8 +15,8 @@
 // follows depends on the Op:
 //
 //   - OpPing, OpSetup, OpSignal, OpResize, OpShutdown, OpForget, OpRefresh,
-//     OpAddInterface, OpRemoveInterface, OpWarm: nothing; the agent closes the
-//     stream.
+//     OpAddInterface, OpRemoveInterface, OpWarm, OpMountRoot: nothing; the
+//     agent closes the stream.
 //   - OpStart: after the first Response (Pid set, or Error), the stream stays
 //     open; when the process exits the agent sends a second Response with
 //     Exit set and closes the stream.
@@ -78,8 +78,10 @@ type Request struct {
 	Resize  *WindowSize  `json:"resize,omitempty"`
 	Refresh *RefreshSpec `json:"refresh,omitempty"`
 	Warm    *WarmSpec    `json:"warm,omitempty"`
-	Archive *ArchiveSpec `json:"archive,omitempty"`
-	Diff    *DiffSpec    `json:"diff,omitempty"`
+	// MountRoot is the argument of OpMountRoot.
+	MountRoot *MountRootSpec `json:"mountRoot,omitempty"`
+	Archive   *ArchiveSpec   `json:"archive,omitempty"`
+	Diff      *DiffSpec      `json:"diff,omitempty"`
 	// Interface is the argument of OpAddInterface and OpRemoveInterface
 	// (netplug.go).
 	Interface *InterfaceChangeSpec `json:"interface,omitempty"`
