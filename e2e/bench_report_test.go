@@ -24,7 +24,7 @@ type benchFile struct {
 
 // runScenarios are plotted, in this order, when measured.
 var runScenarios = []string{
-	"vmm_floor", "vmm_floor_minimal_kernel", "run_cold", "run_template", "run_template_minimal_kernel",
+	"vmm_floor", "vmm_floor_minimal_kernel", "run_cold", "run_template", "run_shape_template", "run_template_minimal_kernel",
 	"run_pool", "run_runc",
 	"run_template_nonet", "run_runc_nonet",
 	"first_output_cold", "first_output_template", "first_output_restore",

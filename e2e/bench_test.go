@@ -62,6 +62,9 @@ func TestBench(t *testing.T) {
 	b.machine["load_at_start"] = loadAverage()
 	img := pulled(t, testimages.Busybox)
 	waitTemplate(t)
+	// The template path of a `docker run` is the image's template once
+	// one container of the image has started.
+	waitImageTemplate(t, img, 0)
 
 	var ref *referenceDockerd
 	if _, err := exec.LookPath("dockerd"); err != nil {
@@ -136,6 +139,7 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 		{"vmm_floor", "raw QEMU boot to agent-ready (floor)", floor},
 		{"run_cold", "docker run --rm true, cold boot (huskd)", benchDockerRun(suite.DockerHost, "--label", containers.BootLabel+"=cold", img, "true")},
 		{"run_template", "docker run --rm true, from template (huskd)", benchDockerRun(suite.DockerHost, img, "true")},
+		{"run_shape_template", "docker run --rm true, from the shape's template, not the image's (huskd)", benchDockerRun(suite.DockerHost, "--label", containers.BootLabel+"=shape", img, "true")},
 		{"run_runc", "docker run --rm true (dockerd + runc)", runc},
 		{"run_template_nonet", "docker run --rm --network none true, from template (huskd)", benchDockerRun(suite.DockerHost, "--network", "none", img, "true")},
 		{"run_runc_nonet", "docker run --rm --network none true (dockerd + runc)", runcNone},
@@ -162,6 +166,8 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	b.alternate(t, runs, scs...)
 	b.ratio("run_cold_over_vmm_floor", "run_cold", "vmm_floor")
 	b.ratio("run_template_over_runc", "run_template", "run_runc")
+	b.ratio("run_shape_template_over_runc", "run_shape_template", "run_runc")
+	b.ratio("run_template_over_run_shape_template", "run_template", "run_shape_template")
 	b.ratio("run_template_over_run_cold", "run_template", "run_cold")
 	b.ratio("run_template_over_runc_nonet", "run_template_nonet", "run_runc_nonet")
 	if _, ok := b.samples["vmm_floor_minimal_kernel"]; ok {
@@ -200,7 +206,7 @@ func benchMinimalKernelTemplate(t *testing.T, b *benchResults, img string, ref *
 	// its own, and containers boot cold until it is ready: each restart
 	// waits for its new template.
 	restart := func(args, what string) {
-		before := logCount(t, templateReady())
+		before, beforeImage := logCount(t, templateReady()), imageTemplatesReady(t, img)
 		if err := control.do("restart-with" + args); err != nil {
 			t.Fatalf("restart huskd with %s: %v", what, err)
 		}
@@ -210,6 +216,7 @@ func benchMinimalKernelTemplate(t *testing.T, b *benchResults, img string, ref *
 			}
 			return ""
 		})
+		waitImageTemplate(t, img, beforeImage)
 	}
 	restart(" --kernel "+p, "the minimal kernel")
 	defer restart("", "the default kernel")

@@ -116,8 +116,9 @@ func (t *daemonTemplates) Close() {
 }
 
 // Start implements containers.Templates: a VM from the pool when one
-// fits, else one restored from its template now.
-func (t *daemonTemplates) Start(ctx context.Context, cfg vmm.Config) (containers.TemplateVM, error) {
+// fits, else one restored now from its image's template when the upper
+// disk is fresh and one is ready, else from its shape's template.
+func (t *daemonTemplates) Start(ctx context.Context, cfg vmm.Config, freshUpper bool) (containers.TemplateVM, error) {
 	if t.pool != nil {
 		vm, err := t.pool.Start(ctx, cfg)
 		switch {
@@ -127,6 +128,21 @@ func (t *daemonTemplates) Start(ctx context.Context, cfg vmm.Config) (containers
 			t.log.Debug("not from the pool", "id", cfg.ID, "reason", err)
 		default:
 			t.log.Warn("not from the pool: taking a pooled VM failed", "id", cfg.ID, "err", err)
+		}
+	}
+	if freshUpper {
+		vm, err := t.m.StartImage(ctx, cfg)
+		switch {
+		case err == nil:
+			return containers.TemplateVM{Machine: vm.Machine, Client: vm.Client, DeviceMACs: vm.DeviceMACs, Source: "image"}, nil
+		case ctx.Err() != nil:
+			return containers.TemplateVM{}, err
+		case errdefs.IsNotFound(err):
+			t.log.Debug("not from an image template", "id", cfg.ID, "reason", err)
+		default:
+			// The upper disk may be the template's copy by now, which
+			// is as fresh: the setup mounts it as any other.
+			t.log.Warn("not from an image template: its restore failed", "id", cfg.ID, "err", err)
 		}
 	}
 	vm, err := t.m.Start(ctx, cfg)

@@ -142,6 +142,11 @@ type Record struct {
 	// link follows its target across a rename, as dockerd's does. Records
 	// written before it was kept find targets by name.
 	LinkIDs []string `json:",omitempty"`
+	// FreshUpper is the stamp of the upper disk's file as Create made it.
+	// A first start that finds the file so knows that nothing has written
+	// the disk, which may then be replaced by an image template's
+	// (Templates.Start). Nil once the container has started.
+	FreshUpper *rootfs.FileStamp `json:",omitempty"`
 }
 
 const recordFile = "config.json"
@@ -370,11 +375,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if err := m.disks.NewUpper(ctx, filepath.Join(dir, upperFile), upperSize); err != nil {
 		return resp, fmt.Errorf("create upper disk: %w", err)
 	}
+	fresh, err := rootfs.StampOf(filepath.Join(dir, upperFile))
+	if err != nil {
+		return resp, fmt.Errorf("create upper disk: %w", err)
+	}
 	path, args := entrypointAndArgs(cfg)
 	rec := Record{
 		ID: id, Name: name, Created: time.Now().UTC(), Image: req.Config.Image, ImageID: img.ID,
 		Config: cfg, HostConfig: hc, Path: path, Args: args, Networks: nets, Mounts: mounts, LinkIDs: linkIDs,
-		State: container.State{Status: container.StateCreated, StartedAt: zeroTime, FinishedAt: zeroTime},
+		State: container.State{Status: container.StateCreated, StartedAt: zeroTime, FinishedAt: zeroTime}, FreshUpper: &fresh,
 	}
 	c, err := m.newCtr(dir, rec)
 	if err != nil {

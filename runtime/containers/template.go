@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -18,7 +19,11 @@ type Templates interface {
 	// Start restores a VM shaped as cfg with cfg.Disks attached and an
 	// agent session open, its clock and RNG refreshed, not yet set up.
 	// errdefs.ErrNotFound says no template fits (yet), with the reason.
-	Start(ctx context.Context, cfg vmm.Config) (TemplateVM, error)
+	// freshUpper says that nothing has written the upper disk since it
+	// was made, so that it may be replaced by the upper disk of an image
+	// template, a snapshot of a guest with a root of the same base disk
+	// mounted (which the setup then finds mounted).
+	Start(ctx context.Context, cfg vmm.Config, freshUpper bool) (TemplateVM, error)
 }
 
 // TemplateVM is a VM Templates.Start restored.
@@ -28,13 +33,15 @@ type TemplateVM struct {
 	// DeviceMACs are the MACs its NICs have, in cfg.Nets order.
 	DeviceMACs []string
 	// Source says where it came from for the debug log: "pool" (restored
-	// ahead of time, huskd --pool-size) or "" (restored for this start).
+	// ahead of time, huskd --pool-size), "image" (from an image template)
+	// or "" (restored for this start from its shape's template).
 	Source string
 }
 
 // BootLabel on a container set to "cold" makes it boot without a
-// template (benchmarks compare the two paths; it is also a way out
-// should a template misbehave).
+// template, and set to "shape" start without an image template
+// (benchmarks compare the paths; it is also a way out should a template
+// misbehave).
 const BootLabel = "io.husk.boot"
 
 // startContainerVM starts the VM of spec from a template when one fits,
@@ -44,6 +51,9 @@ func (c *ctr) startContainerVM(ctx context.Context, spec vmSpec, setup *proto.Se
 	m := c.m
 	g := m.guest
 	cold := c.rec.Config.Labels[BootLabel] == "cold"
+	// Whatever path the start takes, the VM writes the upper disk.
+	fresh := c.rec.FreshUpper != nil && c.rec.Config.Labels[BootLabel] != "shape" && upperUnwritten(spec.disks, *c.rec.FreshUpper)
+	c.rec.FreshUpper = nil
 	if cold && m.templates != nil {
 		m.log.Debug("booting cold", "id", spec.id, "reason", "label "+BootLabel+"=cold")
 	}
@@ -58,7 +68,7 @@ func (c *ctr) startContainerVM(ctx context.Context, spec vmSpec, setup *proto.Se
 		vm, err := m.templates.Start(ctx, vmm.Config{
 			ID: spec.id, Dir: spec.dir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
 			MemoryMiB: spec.memoryMiB, CPUs: spec.cpus, Accel: g.Accel, Disks: spec.disks, Nets: spec.nets,
-		})
+		}, fresh)
 		switch {
 		case err == nil:
 			if setup.Network != nil {
@@ -71,10 +81,13 @@ func (c *ctr) startContainerVM(ctx context.Context, spec vmSpec, setup *proto.Se
 					}
 				}
 			}
-			if vm.Source == "pool" {
+			switch vm.Source {
+			case "pool":
 				m.log.Info("container VM taken from the pool", "id", spec.id, "took", time.Since(start))
-			} else {
-				m.log.Debug("container VM restored from a template", "id", spec.id, "took", time.Since(start))
+			case "image":
+				m.log.Debug("container VM restored from a template", "id", spec.id, "template", "image", "took", time.Since(start))
+			default:
+				m.log.Debug("container VM restored from a template", "id", spec.id, "template", "shape", "took", time.Since(start))
 			}
 			return vm.Machine, vm.Client, nil
 		case errdefs.IsNotFound(err):
@@ -89,4 +102,16 @@ func (c *ctr) startContainerVM(ctx context.Context, spec vmSpec, setup *proto.Se
 		m.log.Debug("container VM booted", "id", spec.id, "took", time.Since(start))
 	}
 	return machine, client, err
+}
+
+// upperUnwritten says whether the upper disk among disks still has the
+// stamp Create took of it.
+func upperUnwritten(disks []vmm.Disk, fresh rootfs.FileStamp) bool {
+	for _, d := range disks {
+		if d.Serial == upperSerial {
+			st, err := rootfs.StampOf(d.Path)
+			return err == nil && st == fresh
+		}
+	}
+	return false
 }

@@ -41,6 +41,11 @@
 // template shares the pages it has not written (a template-started
 // sandbox's own guest RAM fell from ~124 to ~36 MiB resident).
 //
+// A shape template is the same for every image; an image template
+// (image.go, StartImage) is a shape template restored once more with an
+// image's disks and its root mounted, from which a container whose upper
+// disk is still fresh starts without mounting anything.
+//
 // Templates are built in the background: at daemon start for the default
 // shape (Prepare), and lazily for any other shape the first time a
 // container asks for it; until one is ready containers boot cold. They are
@@ -118,8 +123,10 @@ func (k Key) unshaped() Key {
 }
 
 // digest names the key's directory.
-func (k Key) digest() string {
-	b, _ := json.Marshal(k)
+func (k Key) digest() string { return digestOf(k) }
+
+func digestOf(v any) string {
+	b, _ := json.Marshal(v)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }
@@ -131,6 +138,19 @@ type meta struct {
 	// until the agent sets the container's.
 	MACs    []string  `json:"macs"`
 	Created time.Time `json:"created"`
+	// Image is what an image template fits beyond Key; nil for a shape
+	// template.
+	Image *ImageKey `json:"image,omitempty"`
+	// used is when a container last started from it in this daemon.
+	used time.Time
+}
+
+// lastUse is when the template was last made or used.
+func (md meta) lastUse() time.Time {
+	if md.used.After(md.Created) {
+		return md.used
+	}
+	return md.Created
 }
 
 // DiskAttacher is what a VMM's machine must offer for templates: disks
@@ -171,8 +191,11 @@ type Options struct {
 	// container's disks of the same serials and access, where without
 	// them it hot-plugs the disks (see the package doc). Only drivers
 	// with removable disks take them.
-	Slots  []vmm.Disk
-	Logger *slog.Logger
+	Slots []vmm.Disk
+	// ImageTemplates is how many image templates (StartImage) are kept
+	// at most: 0 is the default of 8, negative none.
+	ImageTemplates int
+	Logger         *slog.Logger
 }
 
 // Manager builds, caches and restores templates.
@@ -242,8 +265,13 @@ func (m *Manager) load(ctx context.Context, base Key) error {
 		if err == nil {
 			err = json.Unmarshal(b, &md)
 		}
-		stale := err != nil || strings.HasPrefix(e.Name(), buildPrefix) || md.Key.digest() != e.Name() ||
+		stale := err != nil || strings.HasPrefix(e.Name(), buildPrefix) || dirName(md.Key, md.Image) != e.Name() ||
 			md.Key.unshaped().digest() != base.digest()
+		if !stale && md.Image != nil {
+			// The image was removed, or pulled again as another file.
+			f, ferr := diskFileOf(md.Image.Base.Path)
+			stale, err = ferr != nil || f != md.Image.Base, ferr
+		}
 		if strings.HasPrefix(e.Name(), buildPrefix) {
 			m.abandonBuild(ctx, dir)
 		}
@@ -313,14 +341,18 @@ func (m *Manager) Prepare(ctx context.Context, memoryMiB, cpus, nics int) {
 		m.log.Warn("template", "err", err)
 		return
 	}
-	m.buildLater(k)
+	m.buildShapeLater(k)
 }
 
-// buildLater starts a background build of k unless one exists or runs.
-// Builds run one at a time: each boots a VM, and the host's cores are
-// better spent on the containers that are asking for them.
-func (m *Manager) buildLater(k Key) {
-	d := k.digest()
+func (m *Manager) buildShapeLater(k Key) {
+	m.buildLater(k.digest(), func(ctx context.Context) (meta, error) { return m.build(ctx, k) })
+}
+
+// buildLater starts a background build of the template named d unless
+// one exists or runs. Builds run one at a time: each runs a VM, and the
+// host's cores are better spent on the containers that are asking for
+// them.
+func (m *Manager) buildLater(d string, build func(context.Context) (meta, error)) {
 	m.mu.Lock()
 	_, ready := m.ready[d]
 	_, pending := m.pending[d]
@@ -334,35 +366,49 @@ func (m *Manager) buildLater(k Key) {
 	m.mu.Unlock()
 	go func() {
 		defer m.builds.Done()
-		m.buildOne(k)
+		m.buildOne(d, build)
 	}()
 }
 
-func (m *Manager) buildOne(k Key) {
+func (m *Manager) buildOne(d string, build func(context.Context) (meta, error)) {
 	var md meta
 	err := m.ctx.Err()
 	select {
 	case m.buildSlot <- struct{}{}:
 		start := time.Now()
-		md, err = m.build(m.ctx, k)
+		md, err = build(m.ctx)
 		<-m.buildSlot
 		if err == nil {
-			m.log.Info("template ready", "memory_mib", k.MemoryMiB, "cpus", k.CPUs, "nics", k.NICs, "took", time.Since(start).Round(time.Millisecond))
+			msg := "template ready"
+			if md.Image != nil {
+				msg = "image template ready"
+			}
+			m.log.Info(msg, append(describe(md), "took", time.Since(start).Round(time.Millisecond))...)
 		}
 	case <-m.ctx.Done():
 		err = m.ctx.Err()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.pending, k.digest())
+	delete(m.pending, d)
 	if err != nil {
-		m.failed[k.digest()] = err
+		m.failed[d] = err
 		if m.ctx.Err() == nil {
-			m.log.Warn("template build failed; containers of this shape boot cold", "memory_mib", k.MemoryMiB, "cpus", k.CPUs, "nics", k.NICs, "err", err)
+			m.log.Warn("template build failed; its containers start without it", "template", d, "err", err)
 		}
 		return
 	}
-	m.ready[k.digest()] = md
+	m.ready[d] = md
+}
+
+// describe is what logs say of a template.
+func describe(md meta) []any {
+	k := md.Key
+	out := []any{"memory_mib", k.MemoryMiB, "cpus", k.CPUs, "nics", k.NICs}
+	if md.Image != nil {
+		out = append(out, "image_base", md.Image.Base.Path)
+	}
+	return out
 }
 
 // Wait blocks until no build is under way or ctx ends.
@@ -383,7 +429,6 @@ func (m *Manager) Wait(ctx context.Context) error {
 // build boots a guest of shape k to agent-ready and snapshots it into
 // Dir/<digest>, through a build directory renamed into place at the end.
 func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
-	final := filepath.Join(m.opts.Dir, k.digest())
 	tmp, err := os.MkdirTemp(m.opts.Dir, buildPrefix)
 	if err != nil {
 		return meta{}, fmt.Errorf("create template build dir: %w", err)
@@ -400,27 +445,17 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 		return meta{}, err
 	}
 	md := meta{Key: k, Created: time.Now().UTC()}
-	var nets []vmm.Net
-	for i := range k.NICs {
-		// Interface names are at most 15 bytes.
-		tap := fmt.Sprintf("hsktpl%s%d", suffix, i)
-		if err := vmmproc.AppendLine(filepath.Join(tmp, tapsFile), tap); err != nil {
-			return meta{}, err
-		}
-		if err := m.opts.Taps.Add(tap); err != nil {
-			return meta{}, err
-		}
-		defer func() {
-			if derr := m.opts.Taps.Delete(tap); derr != nil {
-				m.log.Warn("remove template tap", "tap", tap, "err", derr)
-			}
-		}()
+	for range k.NICs {
 		mac, err := templateMAC()
 		if err != nil {
 			return meta{}, err
 		}
-		nets = append(nets, vmm.Net{Tap: tap, MAC: mac})
 		md.MACs = append(md.MACs, mac)
+	}
+	nets, cleanup, err := m.buildTaps(tmp, md.MACs)
+	defer cleanup()
+	if err != nil {
+		return meta{}, err
 	}
 	vc := vmm.Config{
 		ID: "template-" + k.digest()[:8], Dir: runDir, Kernel: m.opts.Kernel, Initramfs: m.opts.Initramfs,
@@ -451,49 +486,96 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 		_ = client.Close()
 		return meta{}, err
 	}
-	// Every restore opens a session of its own, so the template is
-	// snapshotted with none: its agent parked at the start of a session.
-	// A yamux session restored with it would first have to fail on the
-	// next host's hello ("invalid protocol version") and unwind, in every
-	// VM started from the template.
 	_ = client.Close()
-	parkCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
-	parked, err := park(parkCtx, machine)
-	cancel()
-	if err != nil {
+	if err := m.snapshot(ctx, machine, snapDir); err != nil {
 		return meta{}, fmt.Errorf("boot template: %w", err)
-	}
-	defer parked.Close()
-	if err := machine.Pause(ctx); err != nil {
-		return meta{}, fmt.Errorf("pause template: %w", err)
-	}
-	if err := machine.Snapshot(ctx, snapDir); err != nil {
-		return meta{}, fmt.Errorf("snapshot template: %w", err)
 	}
 	discard(machine)
 	if err := os.RemoveAll(runDir); err != nil {
 		return meta{}, fmt.Errorf("remove template run dir: %w", err)
 	}
-	b, err := json.MarshalIndent(md, "", "  ")
-	if err != nil {
-		return meta{}, fmt.Errorf("encode template: %w", err)
-	}
-	if err := renameio.WriteFile(filepath.Join(tmp, metaFile), b, 0o600); err != nil {
-		return meta{}, fmt.Errorf("write template record: %w", err)
-	}
-	if err := syncDir(tmp); err != nil {
-		return meta{}, err
-	}
-	if err := os.RemoveAll(final); err != nil {
-		return meta{}, fmt.Errorf("replace template %s: %w", final, err)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return meta{}, fmt.Errorf("put template in place: %w", err)
-	}
-	if err := syncDir(m.opts.Dir); err != nil {
+	if err := m.publish(tmp, k.digest(), md); err != nil {
 		return meta{}, err
 	}
 	return md, nil
+}
+
+// buildTaps makes the throwaway TAPs a template build's NICs need, one
+// per MAC, naming each in the build directory dir first; cleanup removes
+// those made, also after an error.
+func (m *Manager) buildTaps(dir string, macs []string) (_ []vmm.Net, cleanup func(), err error) {
+	var made []string
+	cleanup = func() {
+		for _, tap := range made {
+			if derr := m.opts.Taps.Delete(tap); derr != nil {
+				m.log.Warn("remove template tap", "tap", tap, "err", derr)
+			}
+		}
+	}
+	suffix, err := randomHex(3)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	var nets []vmm.Net
+	for i, mac := range macs {
+		// Interface names are at most 15 bytes.
+		tap := fmt.Sprintf("hsktpl%s%d", suffix, i)
+		if err := vmmproc.AppendLine(filepath.Join(dir, tapsFile), tap); err != nil {
+			return nil, cleanup, err
+		}
+		if err := m.opts.Taps.Add(tap); err != nil {
+			return nil, cleanup, err
+		}
+		made = append(made, tap)
+		nets = append(nets, vmm.Net{Tap: tap, MAC: mac})
+	}
+	return nets, cleanup, nil
+}
+
+// snapshot parks the agent of a template guest whose sessions are
+// closed, pauses the VM and snapshots it into dir. Every restore opens a
+// session of its own, so the template is snapshotted with none: its
+// agent parked at the start of a session. A yamux session restored with
+// it would first have to fail on the next host's hello ("invalid protocol
+// version") and unwind, in every VM started from the template.
+func (m *Manager) snapshot(ctx context.Context, machine vmm.Machine, dir string) error {
+	parkCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
+	parked, err := park(parkCtx, machine)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer parked.Close()
+	if err := machine.Pause(ctx); err != nil {
+		return fmt.Errorf("pause template: %w", err)
+	}
+	if err := machine.Snapshot(ctx, dir); err != nil {
+		return fmt.Errorf("snapshot template: %w", err)
+	}
+	return nil
+}
+
+// publish writes md into the build directory tmp and renames it to
+// Dir/name, replacing any template there.
+func (m *Manager) publish(tmp, name string, md meta) error {
+	b, err := json.MarshalIndent(md, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode template: %w", err)
+	}
+	if err := renameio.WriteFile(filepath.Join(tmp, metaFile), b, 0o600); err != nil {
+		return fmt.Errorf("write template record: %w", err)
+	}
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	final := filepath.Join(m.opts.Dir, name)
+	if err := os.RemoveAll(final); err != nil {
+		return fmt.Errorf("replace template %s: %w", final, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("put template in place: %w", err)
+	}
+	return syncDir(m.opts.Dir)
 }
 
 // VM is a running VM restored from a template, its disks attached and
@@ -536,7 +618,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	case pending:
 		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("no template yet for %d MiB, %d CPUs, %d NICs: being built", k.MemoryMiB, k.CPUs, k.NICs))
 	case !ok:
-		m.buildLater(k)
+		m.buildShapeLater(k)
 		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("no template yet for %d MiB, %d CPUs, %d NICs: building one", k.MemoryMiB, k.CPUs, k.NICs))
 	}
 	disks := cfg.Disks
