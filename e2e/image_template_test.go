@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/husk-vm/husk/e2e/testimages"
@@ -60,23 +59,10 @@ func TestImageTemplate(t *testing.T) {
 		return strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
 	}
 
-	names := []string{containerName(t, "-a"), containerName(t, "-b")}
-	var wg sync.WaitGroup
-	for _, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			docker(t, "run", "-d", "--name", name, "-e", "X="+name, img, "sh", "-c", templateRunScript)
-		}()
-	}
-	wg.Wait()
-	seen := map[string]string{}
-	for _, name := range names {
-		id := checkRunIdentity(t, name, seen)
+	for name, id := range runTwoAtOnce(t, img) {
 		if !restoredFrom(t, id, "image") {
 			t.Errorf("%s (%s) was not started from the image template", name, id[:12])
 		}
-		mustDocker(t, "rm", "-f", name)
 	}
 
 	writer, reader := containerName(t, "-w"), containerName(t, "-r")

@@ -106,6 +106,29 @@ func checkRunIdentity(t *testing.T, name string, seen map[string]string) string 
 	return id
 }
 
+// runTwoAtOnce starts two containers of img running templateRunScript
+// at once, checks each one's identity (checkRunIdentity), removes them
+// and returns their IDs by name.
+func runTwoAtOnce(t *testing.T, img string) map[string]string {
+	t.Helper()
+	names := []string{containerName(t, "-a"), containerName(t, "-b")}
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			docker(t, "run", "-d", "--name", name, "-e", "X="+name, img, "sh", "-c", templateRunScript)
+		}()
+	}
+	wg.Wait()
+	seen, ids := map[string]string{}, map[string]string{}
+	for _, name := range names {
+		ids[name] = checkRunIdentity(t, name, seen)
+		mustDocker(t, "rm", "-f", name)
+	}
+	return ids
+}
+
 func parseKV(out string) map[string]string {
 	kv := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
@@ -129,23 +152,10 @@ func TestTemplateRun(t *testing.T) {
 	img := pulled(t, testimages.Busybox)
 	waitTemplate(t)
 
-	names := []string{containerName(t, "-a"), containerName(t, "-b")}
-	var wg sync.WaitGroup
-	for _, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			docker(t, "run", "-d", "--name", name, "-e", "X="+name, img, "sh", "-c", templateRunScript)
-		}()
-	}
-	wg.Wait()
-	seen := map[string]string{}
-	for _, name := range names {
-		id := checkRunIdentity(t, name, seen)
+	for name, id := range runTwoAtOnce(t, img) {
 		if !daemonLogHas(t, "container VM restored from a template", "id="+id[:12]) {
 			t.Errorf("%s (%s) was not started from a template", name, id[:12])
 		}
-		mustDocker(t, "rm", "-f", name)
 	}
 	// The exit code comes back to an attached client.
 	if r := docker(t, "run", "--rm", img, "sh", "-c", "exit 7"); r.Code != 7 {

@@ -885,17 +885,7 @@ func TestMountRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	l := make(listener)
-	sctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go a.Serve(sctx, l)
-	h, ag := net.Pipe()
-	l <- ag
-	c, err := host.New(h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, _ := (&fixture{agent: a, root: rootfs.dir}).connect(t)
 
 	if err := c.MountRoot(ctx(t), proto.MountRootSpec{BaseSerial: "b"}); err == nil {
 		t.Error("mount-root without an upper serial succeeded")
