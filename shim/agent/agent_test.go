@@ -906,3 +906,79 @@ func TestMountRoot(t *testing.T) {
 		t.Errorf("mounts %+v, want the mount-root's and the setup's", rootfs.mounts)
 	}
 }
+
+// TestStartWaitsForNetwork: a main process started while the setup's
+// network is still being configured runs only once it is (its program
+// sees what the network setup did); a network that fails fails the
+// setup and the start, and takes the root back.
+func TestStartWaitsForNetwork(t *testing.T) {
+	spec := proto.ProcessSpec{Args: []string{"cat", "/network"}, AwaitSetup: true}
+	newAgent := func(t *testing.T, network func(root string) error) *host.Client {
+		root := makeRoot(t)
+		a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(root), StateDir: t.TempDir(),
+			Network: func(context.Context, *proto.NetworkSpec) error { return network(root) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		c, _ := (&fixture{agent: a, root: root}).connect(t)
+		return c
+	}
+	type started struct {
+		p   *host.Process
+		err error
+	}
+	t.Run("held until the network is up", func(t *testing.T) {
+		release := make(chan struct{})
+		c := newAgent(t, func(root string) error {
+			<-release
+			return os.WriteFile(filepath.Join(root, "network"), []byte("configured\n"), 0o644)
+		})
+		setupDone, startDone := make(chan error, 1), make(chan started, 1)
+		go func() {
+			p, err := c.Start(ctx(t), "main", spec)
+			startDone <- started{p, err}
+		}()
+		go func() {
+			setupDone <- c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky", Network: &proto.NetworkSpec{}})
+		}()
+		select {
+		case err := <-setupDone:
+			t.Fatalf("setup answered before its network: %v", err)
+		case s := <-startDone:
+			t.Fatalf("start answered before the network: %+v", s)
+		case <-time.After(300 * time.Millisecond):
+		}
+		close(release)
+		if err := <-setupDone; err != nil {
+			t.Fatalf("setup: %v", err)
+		}
+		s := <-startDone
+		if s.err != nil {
+			t.Fatalf("start: %v", s.err)
+		}
+		if r := collect(t, s.p); r.stdout != "configured\n" || r.exit.Code != 0 {
+			t.Errorf("the program ran before the network was set up: %+v", r)
+		}
+	})
+	t.Run("network fails", func(t *testing.T) {
+		c := newAgent(t, func(string) error {
+			time.Sleep(200 * time.Millisecond)
+			return errors.New("no such link")
+		})
+		startDone := make(chan started, 1)
+		go func() {
+			p, err := c.Start(ctx(t), "main", spec)
+			startDone <- started{p, err}
+		}()
+		if err := c.Setup(ctx(t), proto.SetupSpec{Network: &proto.NetworkSpec{}}); err == nil || !strings.Contains(err.Error(), "network: no such link") {
+			t.Fatalf("setup with a failing network: %v", err)
+		}
+		if s := <-startDone; s.err == nil {
+			t.Fatalf("start with a failed network succeeded: %+v", collect(t, s.p))
+		}
+		if _, err := c.Start(ctx(t), "again", proto.ProcessSpec{Args: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "not set up") {
+			t.Errorf("start after the failed setup: %v, want the root not set up", err)
+		}
+	})
+}

@@ -89,6 +89,7 @@ const (
 	cinitSetCtty
 	cinitOpen
 	cinitCloseOnExec
+	cinitAwaitFd
 )
 
 // cinitProgram is the C init's encoded operations, and for each the error
@@ -286,6 +287,10 @@ type cinitFds struct {
 	// source must be in the init's own mount namespace, which a file the
 	// agent opened is not.
 	initBinary int
+	// barrier, when not 0, is a pipe the init reads a byte from right
+	// before its exec: the network setup still under way
+	// (networkBarrier).
+	barrier int
 }
 
 // cinitFor is the C init's program for cfg: the steps of runc's init, in
@@ -390,7 +395,7 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 	if cfg.InitBinary != "" {
 		procsFd = 0 // --init's init starts its child in the cgroup
 	}
-	p.processOps(spec, limits, drop, res.user, res.cwd, procsFd, path, args, env)
+	p.processOps(spec, limits, drop, res.user, res.cwd, procsFd, fds.barrier, path, args, env)
 	return p, nil
 }
 
@@ -434,8 +439,9 @@ func processLimits(cfg initConfig) ([]checkedRlimit, []int, error) {
 // processOps appends what every process's init does once it is in the
 // process's root: the limits, the bounding set, the terminal, the
 // credentials, the working directory, the cgroup (its cgroup.procs at
-// procsFd, when not 0) and the exec.
-func (p *cinitProgram) processOps(spec proto.ProcessSpec, limits []checkedRlimit, drop []int, u execUser, cwd string, procsFd int, path string, args, env []string) {
+// procsFd, when not 0), the wait for the network (a byte on barrierFd,
+// when not 0) and the exec.
+func (p *cinitProgram) processOps(spec proto.ProcessSpec, limits []checkedRlimit, drop []int, u execUser, cwd string, procsFd, barrierFd int, path string, args, env []string) {
 	wrap, pathErr := errnoError, errnoPathError
 	for i, l := range limits {
 		p.op(cinitSetrlimit, func(e unix.Errno) error { return setrlimitError(spec.Rlimits[i], e) },
@@ -466,6 +472,9 @@ func (p *cinitProgram) processOps(spec proto.ProcessSpec, limits []checkedRlimit
 	p.op(cinitChdir, func(e unix.Errno) error { return cwdError(cwd, e) }, cstr(cwd))
 	if procsFd > 0 {
 		p.op(cinitWriteFd, wrap("join the container's cgroup"), cnum(procsFd), cstr("0"))
+	}
+	if barrierFd > 0 {
+		p.op(cinitAwaitFd, func(unix.Errno) error { return errors.New("the container's network was not set up") }, cnum(barrierFd))
 	}
 	p.op(cinitExec, func(e unix.Errno) error { return execError(path, e) }, cstr(path), cstrs(args), cstrs(env))
 }
@@ -506,7 +515,7 @@ func startExecInit(files *childFiles, cfg initConfig, initExe string, stdio []*o
 	p := &cinitProgram{}
 	// The program must not inherit the init's binary.
 	p.op(cinitCloseOnExec, errnoError("close the container init on exec"), cnum(exeFd))
-	p.processOps(spec, limits, drop, u, cwd, procsFd, path, spec.Args, env)
+	p.processOps(spec, limits, drop, u, cwd, procsFd, 0, path, spec.Args, env)
 	attr, failR, err := files.forInit(p.buf, stdio, console, procs, exe)
 	if err != nil {
 		return nil, nil, nil, err

@@ -188,6 +188,9 @@ type initConfig struct {
 	// LastCap is the kernel's last capability, up to which the bounding
 	// set is dropped (lastCapability).
 	LastCap int
+	// Network, when set, is the network setup still under way: the init
+	// does all it does before the program's exec, which waits for it.
+	Network *netWait
 }
 
 // start launches spec as process id: a new PID namespace whose init is the
@@ -200,7 +203,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, "start: no command specified"}
 	}
 	a.mu.Lock()
-	root, hostname, etcDir, settings, cgroup := a.root, a.hostname, a.etcDir, a.settings, a.cgroupDir
+	root, hostname, etcDir, settings, cgroup, network := a.root, a.hostname, a.etcDir, a.settings, a.cgroupDir, a.netPending
 	_, dup := a.procs[id]
 	var target *process
 	if spec.ExecOf != "" {
@@ -213,7 +216,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	if dup {
 		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
 	}
-	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Process: spec}
+	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Process: spec, Network: network}
 	if settings != nil {
 		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
 		if settings.Init {
@@ -339,11 +342,19 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		}
 	}
 	var cprog *cinitProgram
+	var barrier *os.File
 	if targetPid == 0 {
 		var fds cinitFds
 		next := firstExtraFd(stdio, consoleChild)
 		if cgroup != "" {
 			fds.cgroup, next = next, next+1
+		}
+		if cfg.Network != nil {
+			if barrier, err = networkBarrier(cfg.Network); err != nil {
+				return nil, internal("wait for the network", err)
+			}
+			files.child = append(files.child, barrier)
+			fds.barrier, next = next, next+1
 		}
 		if cfg.InitBinary != "" {
 			fds.initBinary = next
@@ -373,7 +384,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	var attr *os.ProcAttr
 	var failR *os.File
 	if cprog != nil {
-		if attr, failR, err = files.forInit(cprog.buf, stdio, consoleChild, cgroupFile); err != nil {
+		if attr, failR, err = files.forInit(cprog.buf, stdio, consoleChild, cgroupFile, barrier); err != nil {
 			return nil, internal("start the init", err)
 		}
 		attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
@@ -532,4 +543,22 @@ func firstExtraFd(stdio []*os.File, console *os.File) int {
 		n++
 	}
 	return n
+}
+
+// networkBarrier returns the read end of a pipe on which one byte comes
+// once the network setup w has ended well, and which ends without one if
+// it failed: the C init reads it right before its exec (cinitFds.barrier).
+func networkBarrier(w *netWait) (*os.File, error) {
+	r, wr, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer wr.Close()
+		<-w.done
+		if w.err == nil {
+			_, _ = wr.Write([]byte{1})
+		}
+	}()
+	return r, nil
 }

@@ -81,6 +81,7 @@ enum {
 	OP_SET_CTTY,      /* make the terminal (stdin) the controlling one */
 	OP_OPEN,          /* path, fd: open path read-only at fd, close-on-exec */
 	OP_CLOSE_ON_EXEC, /* fd */
+	OP_AWAIT_FD,      /* fd: read one byte from it, then close it */
 };
 
 /* The terminal OP_OPEN_TERMINAL opened. */
@@ -375,6 +376,20 @@ static int run(struct reader *r, mode_t umask_before)
 	case OP_CLOSE_ON_EXEC: {
 		int fd = (int)num(r);
 		return r->bad ? -2 : fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	case OP_AWAIT_FD: {
+		int fd = (int)num(r);
+		if (r->bad)
+			return -2;
+		char b;
+		ssize_t n;
+		do
+			n = read(fd, &b, 1);
+		while (n < 0 && errno == EINTR);
+		int err = n == 0 ? EPIPE : errno;
+		close(fd);
+		errno = err;
+		return n == 1 ? 0 : -1;
 	}
 	case OP_OPEN: {
 		const char *path = str(r);
