@@ -42,7 +42,8 @@ import (
 // when the image is removed and pulled again, is another key) and the
 // upper disks' size. At most Options.ImageTemplates are kept, the least
 // recently made or used removed first, and one whose base disk has gone
-// is removed when the Manager opens.
+// (its image was removed) is removed when the Manager opens and whenever
+// another is built.
 
 // imagePrefix starts the directory names of image templates in Dir.
 const imagePrefix = "img-"
@@ -276,25 +277,44 @@ func (m *Manager) buildImage(ctx context.Context, k Key, ik ImageKey, shape meta
 	return md, nil
 }
 
-// evictImages removes the least recently made or used image templates
+// evictImages removes the image templates whose base disk has gone or
+// changed (the image was removed), then the least recently made or used
 // beyond Options.ImageTemplates, sparing keep (just built).
 func (m *Manager) evictImages(keep string) {
 	m.mu.Lock()
-	var names []string
-	for n := range m.ready {
+	bases := map[string]DiskFile{}
+	for n, md := range m.ready {
 		if strings.HasPrefix(n, imagePrefix) && n != keep {
-			names = append(names, n)
+			bases[n] = md.Image.Base
 		}
 	}
+	m.mu.Unlock()
+	stale := map[string]bool{}
+	for n, b := range bases {
+		f, err := diskFileOf(b.Path)
+		stale[n] = err != nil || f != b
+	}
+	m.mu.Lock()
+	var names, gone []string
+	for n := range bases {
+		if _, ok := m.ready[n]; !ok {
+			continue
+		}
+		if stale[n] {
+			gone = append(gone, n)
+			delete(m.ready, n)
+			continue
+		}
+		names = append(names, n)
+	}
 	slices.SortFunc(names, func(a, b string) int { return m.ready[a].lastUse().Compare(m.ready[b].lastUse()) })
-	var gone []string
 	for len(names)+1 > m.imageTemplates() && len(names) > 0 {
 		gone, names = append(gone, names[0]), names[1:]
 		delete(m.ready, gone[len(gone)-1])
 	}
 	m.mu.Unlock()
 	for _, n := range gone {
-		m.log.Debug("removing an image template", "dir", n, "reason", "too many")
+		m.log.Debug("removing an image template", "dir", n, "reason", "its image's disk is gone, or too many")
 		if err := os.RemoveAll(filepath.Join(m.opts.Dir, n)); err != nil {
 			m.log.Warn("remove image template", "dir", n, "err", err)
 		}

@@ -160,19 +160,32 @@ func TestImageTemplatesEvicted(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm.Client.Close()
-	build("c")
-	var images []string
-	for n, md := range m.ready {
-		if strings.HasPrefix(n, imagePrefix) {
-			images = append(images, filepath.Base(md.Image.Base.Path))
-			if _, err := os.Stat(filepath.Join(tdir, n)); err != nil {
-				t.Errorf("template of %s: %v", md.Image.Base.Path, err)
+	kept := func() []string {
+		t.Helper()
+		var images []string
+		for n, md := range m.ready {
+			if strings.HasPrefix(n, imagePrefix) {
+				images = append(images, filepath.Base(md.Image.Base.Path))
+				if _, err := os.Stat(filepath.Join(tdir, n)); err != nil {
+					t.Errorf("template of %s: %v", md.Image.Base.Path, err)
+				}
 			}
 		}
+		slices.Sort(images)
+		return images
 	}
-	slices.Sort(images)
-	if !slices.Equal(images, []string{"a", "c"}) {
-		t.Errorf("image templates of %v kept, want a (used) and c (new)", images)
+	build("c")
+	if got := kept(); !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("image templates of %v kept, want a (used) and c (new)", got)
+	}
+	// The image of c is removed: its template goes with the next build,
+	// though it is newer than a's.
+	if err := os.Remove(filepath.Join(work, "c")); err != nil {
+		t.Fatal(err)
+	}
+	build("d")
+	if got := kept(); !slices.Equal(got, []string{"a", "d"}) {
+		t.Errorf("image templates of %v kept, want a and d (c's image is gone)", got)
 	}
 	if entries, _ := os.ReadDir(tdir); len(entries) != 3 {
 		t.Errorf("%d template dirs, want 3", len(entries))
