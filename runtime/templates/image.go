@@ -120,6 +120,12 @@ func (m *Manager) StartImage(ctx context.Context, cfg vmm.Config) (_ *VM, err er
 	case m.opts.Disks == nil || len(m.opts.Slots) == 0 || m.imageTemplates() == 0:
 		return nil, errdefs.ErrNotFound.WithMessage("no image templates: the daemon makes none")
 	}
+	m.mu.Lock()
+	unsupported := m.noImages
+	m.mu.Unlock()
+	if unsupported {
+		return nil, errdefs.ErrNotFound.WithMessage("no image templates: the VMM cannot make them")
+	}
 	base, upper, ok := m.rootDisks(cfg)
 	if !ok {
 		return nil, errdefs.ErrNotFound.WithMessage("no image template: the VM's disks are not a base and an upper")
@@ -238,6 +244,11 @@ func (m *Manager) buildImage(ctx context.Context, k Key, ik ImageKey, shape meta
 		FileMemory: true,
 	}
 	machine, err := m.opts.Driver.Restore(ctx, vc, filepath.Join(m.opts.Dir, k.digest(), snapshotDir))
+	if errdefs.IsNotImplemented(err) {
+		m.mu.Lock()
+		m.noImages = true
+		m.mu.Unlock()
+	}
 	if err != nil {
 		return meta{}, fmt.Errorf("image template: restore its shape's template: %w", err)
 	}

@@ -191,3 +191,35 @@ func TestImageTemplatesEvicted(t *testing.T) {
 		t.Errorf("%d template dirs, want 3", len(entries))
 	}
 }
+
+// TestImageTemplatesUnsupported: a VMM whose restores cannot write their
+// RAM through to a file (cloud-hypervisor) makes no image template, and
+// after the first refusal none is tried again.
+func TestImageTemplatesUnsupported(t *testing.T) {
+	ctx := context.Background()
+	d := &fakeDriver{t: t, version: "1", hotplug: true, noFileMemory: true, refresh: &fakeRefresher{}}
+	work := t.TempDir()
+	m := newManagerWith(t, Options{Dir: t.TempDir(), Driver: d, Taps: &fakeTaps{}, Slots: testSlots, Disks: markedDisks{}})
+	if _, err := m.Start(ctx, imageCfg(t, m, work, "a")); !errdefs.IsNotFound(err) {
+		t.Fatalf("first start: %v, want not found", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.StartImage(ctx, imageCfg(t, m, work, "a")); !errdefs.IsNotFound(err) {
+		t.Fatalf("first image start: %v, want not found", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.StartImage(ctx, imageCfg(t, m, work, "b"))
+	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "cannot make them") {
+		t.Fatalf("image start of another image: %v, want not found, the VMM cannot make them", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.restores) != 0 {
+		t.Errorf("restores %+v, want none", d.restores)
+	}
+}

@@ -215,6 +215,9 @@ type Manager struct {
 	pending map[string]struct{} // building
 	failed  map[string]error
 	digests kernel.BootDigests
+	// noImages: the VMM cannot make image templates (its restores cannot
+	// write their RAM through to a file), so none is tried again.
+	noImages bool
 }
 
 // New opens the template cache in opts.Dir, dropping templates that no
@@ -393,7 +396,13 @@ func (m *Manager) buildOne(d string, build func(context.Context) (meta, error)) 
 	delete(m.pending, d)
 	if err != nil {
 		m.failed[d] = err
-		if m.ctx.Err() == nil {
+		switch {
+		case m.ctx.Err() != nil:
+		case errdefs.IsNotImplemented(err):
+			// A VMM that cannot make this kind of template (image
+			// templates under cloud-hypervisor) is not a failure.
+			m.log.Debug("template not made", "template", d, "reason", err)
+		default:
 			m.log.Warn("template build failed; its containers start without it", "template", d, "err", err)
 		}
 		return

@@ -72,6 +72,9 @@ func (d *fakeDriver) Restore(_ context.Context, cfg vmm.Config, dir string) (vmm
 	if _, err := os.Stat(filepath.Join(dir, "state")); err != nil {
 		d.t.Errorf("restore from %s: no snapshot there: %v", dir, err)
 	}
+	if cfg.FileMemory && d.noFileMemory {
+		return nil, fmt.Errorf("file-backed memory: %w", errdefs.ErrNotImplemented)
+	}
 	d.restores = append(d.restores, cfg)
 	d.from = append(d.from, dir)
 	m := d.machine()
