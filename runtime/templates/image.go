@@ -14,7 +14,6 @@ import (
 
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/vmm"
-	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
@@ -178,11 +177,9 @@ func (m *Manager) StartImage(ctx context.Context, cfg vmm.Config) (_ *VM, err er
 		}
 	}()
 	restored := time.Now()
-	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
-	defer cancel()
-	client, err := host.ConnectWith(readyCtx, machine, 20*time.Millisecond, Refresh)
+	client, err := m.openRestored(ctx, machine, cfg.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("restore image template: %w (console log: %s)", err, filepath.Join(cfg.Dir, "console.log"))
+		return nil, fmt.Errorf("restore image template: %w", err)
 	}
 	m.log.Debug("restored from image template", "vm", cfg.ID, "restore", restored.Sub(t0), "agent", time.Since(restored))
 	return &VM{Machine: machine, Client: client, DeviceMACs: slices.Clone(md.MACs), Template: name, Slots: k.Slots}, nil
@@ -260,11 +257,9 @@ func (m *Manager) buildImage(ctx context.Context, k Key, ik ImageKey, shape meta
 	if err := att.AttachDisks(ctx, []vmm.Disk{base, upper}); err != nil {
 		return meta{}, fmt.Errorf("image template: %w", err)
 	}
-	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
-	client, err := host.ConnectWith(readyCtx, machine, 20*time.Millisecond, Refresh)
-	cancel()
+	client, err := m.openRestored(ctx, machine, runDir)
 	if err != nil {
-		return meta{}, fmt.Errorf("image template: %w (console log: %s)", err, filepath.Join(runDir, "console.log"))
+		return meta{}, fmt.Errorf("image template: %w", err)
 	}
 	err = client.MountRoot(ctx, proto.MountRootSpec{BaseSerial: base.Serial, UpperSerial: upper.Serial})
 	_ = client.Close()

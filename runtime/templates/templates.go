@@ -668,13 +668,9 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	}
 	var client *host.Client
 	g.Go(func() error {
-		readyCtx, cancel := context.WithTimeout(gctx, m.opts.ReadyTimeout)
-		defer cancel()
-		// The refresh is the session's first request, which saves the
-		// round trip of a ping.
-		c, err := host.ConnectWith(readyCtx, machine, 20*time.Millisecond, Refresh)
+		c, err := m.openRestored(gctx, machine, cfg.Dir)
 		if err != nil {
-			return fmt.Errorf("restore template: %w (console log: %s)", err, filepath.Join(cfg.Dir, "console.log"))
+			return fmt.Errorf("restore template: %w", err)
 		}
 		client = c
 		return nil
@@ -708,6 +704,20 @@ func (m *Manager) warm(ctx context.Context, machine vmm.Machine, client *host.Cl
 	}
 	m.log.Debug("template warmed", "serial", serial, "disks", st.Disks, "hotplug", st.Hotplug, "warm", st.Warm, "unplug", st.Unplug)
 	return nil
+}
+
+// openRestored opens an agent session with a guest just restored, whose
+// VM directory is dir, and refreshes the guest's clock and RNG: the
+// refresh is the session's first request, which saves the round trip of
+// a ping.
+func (m *Manager) openRestored(ctx context.Context, machine vmm.Machine, dir string) (*host.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
+	defer cancel()
+	c, err := host.ConnectWith(ctx, machine, 20*time.Millisecond, Refresh)
+	if err != nil {
+		return nil, fmt.Errorf("%w (console log: %s)", err, filepath.Join(dir, "console.log"))
+	}
+	return c, nil
 }
 
 // connect opens an agent session, retrying while the guest boots.
