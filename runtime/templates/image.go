@@ -51,7 +51,7 @@ const imagePrefix = "img-"
 const imageUpperFile = "upper.ext4"
 
 // defaultImageTemplates is Options.ImageTemplates' default: each costs
-// the template's RAM file (~90 MB of data under TCG) on disk.
+// the template's RAM file (~80 MB of data under TCG) on disk.
 const defaultImageTemplates = 8
 
 // ImageKey is what an image template fits beyond its shape.
