@@ -272,6 +272,7 @@ func (m *Manager) buildImage(ctx context.Context, k Key, ik ImageKey, shape meta
 	// The upper disk is now as the snapshot's guest knows it: the VMM
 	// flushed it when the snapshot completed and never runs again.
 	discard(machine)
+	cleanup()
 	if err := os.RemoveAll(runDir); err != nil {
 		return meta{}, fmt.Errorf("remove image template run dir: %w", err)
 	}

@@ -500,6 +500,7 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 		return meta{}, fmt.Errorf("boot template: %w", err)
 	}
 	discard(machine)
+	cleanup()
 	if err := os.RemoveAll(runDir); err != nil {
 		return meta{}, fmt.Errorf("remove template run dir: %w", err)
 	}
@@ -511,14 +512,23 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 
 // buildTaps makes the throwaway TAPs a template build's NICs need, one
 // per MAC, naming each in the build directory dir first; cleanup removes
-// those made, also after an error.
+// those made, also after an error, and once all are gone their names. A
+// build calls it before it publishes the template, so that a daemon that
+// dies then leaves no TAP the next one does not know of; a second call
+// does nothing.
 func (m *Manager) buildTaps(dir string, macs []string) (_ []vmm.Net, cleanup func(), err error) {
 	var made []string
 	cleanup = func() {
+		left := false
 		for _, tap := range made {
 			if derr := m.opts.Taps.Delete(tap); derr != nil {
 				m.log.Warn("remove template tap", "tap", tap, "err", derr)
+				left = true
 			}
+		}
+		made = nil
+		if !left {
+			_ = os.Remove(filepath.Join(dir, tapsFile))
 		}
 	}
 	suffix, err := randomHex(3)

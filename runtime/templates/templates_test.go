@@ -269,6 +269,9 @@ func TestStartBuildsThenRestores(t *testing.T) {
 	if len(taps.ever) != 1 || len(taps.live) != 0 {
 		t.Errorf("taps made %v, still there %v: want one made and removed", taps.ever, taps.live)
 	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*", tapsFile)); len(left) != 0 {
+		t.Errorf("the published template still names its build's TAPs: %v", left)
+	}
 
 	vm, err := m.Start(ctx, vmCfg(m, 1))
 	if err != nil {
