@@ -73,6 +73,19 @@ func diskFileOf(path string) (DiskFile, error) {
 	return DiskFile{Path: path, Stamp: st}, err
 }
 
+// check fails when the file at f's path is gone or is no longer f: its
+// image was removed, or pulled again as another file.
+func (f DiskFile) check() error {
+	now, err := diskFileOf(f.Path)
+	switch {
+	case err != nil:
+		return err
+	case now != f:
+		return fmt.Errorf("disk %s changed", f.Path)
+	}
+	return nil
+}
+
 // dirName is the directory of the template k describes with ik (nil: a
 // shape template).
 func dirName(k Key, ik *ImageKey) string {
@@ -114,7 +127,7 @@ func (m *Manager) StartImage(ctx context.Context, cfg vmm.Config) (_ *VM, err er
 		return nil, err
 	}
 	switch {
-	case cfg.Cmdline != m.opts.Cmdline || (cfg.Accel != "" && cfg.Accel != k.Accel) || cfg.Kernel != m.opts.Kernel || cfg.Initramfs != m.opts.Initramfs:
+	case !m.bootsAsDaemon(cfg, k):
 		return nil, errdefs.ErrNotFound.WithMessage("no image template: the VM's kernel, initramfs, command line or accelerator differ from the daemon's")
 	case m.opts.Disks == nil || len(m.opts.Slots) == 0 || m.imageTemplates() == 0:
 		return nil, errdefs.ErrNotFound.WithMessage("no image templates: the daemon makes none")
@@ -298,8 +311,7 @@ func (m *Manager) evictImages(keep string) {
 	m.mu.Unlock()
 	stale := map[string]bool{}
 	for n, b := range bases {
-		f, err := diskFileOf(b.Path)
-		stale[n] = err != nil || f != b
+		stale[n] = b.check() != nil
 	}
 	m.mu.Lock()
 	var names, gone []string

@@ -271,9 +271,8 @@ func (m *Manager) load(ctx context.Context, base Key) error {
 		stale := err != nil || strings.HasPrefix(e.Name(), buildPrefix) || dirName(md.Key, md.Image) != e.Name() ||
 			md.Key.unshaped().digest() != base.digest()
 		if !stale && md.Image != nil {
-			// The image was removed, or pulled again as another file.
-			f, ferr := diskFileOf(md.Image.Base.Path)
-			stale, err = ferr != nil || f != md.Image.Base, ferr
+			err = md.Image.Base.check()
+			stale = err != nil
 		}
 		if strings.HasPrefix(e.Name(), buildPrefix) {
 			m.abandonBuild(ctx, dir)
@@ -328,6 +327,12 @@ func (m *Manager) keyFor(ctx context.Context, memoryMiB, cpus, nics int) (Key, e
 	}
 	k.MemoryMiB, k.CPUs, k.NICs = memoryMiB, max(cpus, 1), nics
 	return k, nil
+}
+
+// bootsAsDaemon says whether cfg boots the daemon's kernel, initramfs,
+// command line and accelerator, as every template of key k does.
+func (m *Manager) bootsAsDaemon(cfg vmm.Config, k Key) bool {
+	return cfg.Cmdline == m.opts.Cmdline && (cfg.Accel == "" || cfg.Accel == k.Accel) && cfg.Kernel == m.opts.Kernel && cfg.Initramfs == m.opts.Initramfs
 }
 
 // Close stops builds under way and waits for them.
@@ -622,7 +627,7 @@ func (m *Manager) Start(ctx context.Context, cfg vmm.Config) (_ *VM, err error) 
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Cmdline != m.opts.Cmdline || (cfg.Accel != "" && cfg.Accel != k.Accel) || cfg.Kernel != m.opts.Kernel || cfg.Initramfs != m.opts.Initramfs {
+	if !m.bootsAsDaemon(cfg, k) {
 		return nil, errdefs.ErrNotFound.WithMessage("no template: the VM's kernel, initramfs, command line or accelerator differ from the daemon's")
 	}
 	d := k.digest()
