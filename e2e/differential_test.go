@@ -385,6 +385,15 @@ func cliAt(t *testing.T, host string, stdin []byte, args ...string) result {
 // stderr, and prints a compatibility table. Differences not in allowed
 // fail the test.
 func TestDifferential(t *testing.T) {
+	// Registered before requireSuite's, so it runs after the daemon's log
+	// is shown: the last lines of a failed run name what differed, where
+	// a CI excerpt that keeps only the end still shows them.
+	var diffs []string
+	t.Cleanup(func() {
+		if len(diffs) > 0 {
+			t.Logf("%d scenario(s) differed from dockerd:\n%s", len(diffs), strings.Join(diffs, "\n"))
+		}
+	})
 	requireSuite(t)
 	if suite.Kind != "huskd" {
 		t.Skipf("the differential test compares huskd with dockerd; the daemon under test is %s", suite.Kind)
@@ -475,6 +484,7 @@ func TestDifferential(t *testing.T) {
 		counts[verdict]++
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", sc.name, res[0].Code, res[1].Code, outCell, errCell, verdict)
 		if verdict == "DIFF" {
+			diffs = append(diffs, fmt.Sprintf("%q: dockerd exit %d, huskd exit %d, stdout %q, stderr %q", sc.name, res[0].Code, res[1].Code, clip(res[1].Stdout), clip(res[1].Stderr)))
 			t.Errorf("%s: docker %s\n  dockerd: exit %d\n    stdout %q\n    stderr %q\n  huskd:   exit %d\n    stdout %q\n    stderr %q",
 				sc.name, strings.Join(expand(sc.args), " "), res[0].Code, res[0].Stdout, res[0].Stderr, res[1].Code, res[1].Stdout, res[1].Stderr)
 		}
