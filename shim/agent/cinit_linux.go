@@ -90,6 +90,7 @@ const (
 	cinitOpen
 	cinitCloseOnExec
 	cinitAwaitFd
+	cinitContinueFd
 )
 
 // cinitProgram is the C init's encoded operations, and for each the error
@@ -291,46 +292,31 @@ type cinitFds struct {
 	// before its exec: the network setup still under way
 	// (networkBarrier).
 	barrier int
+	// rest is the pipe on which the init reads the rest of its
+	// operations (cinitStart).
+	rest int
 }
 
-// cinitFor is the C init's program for cfg: the steps of runc's init, in
-// the order the Go init took them.
-func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
-	res, err := resolveInRoot(cfg)
-	if err != nil {
-		return nil, err
-	}
-	spec := cfg.Process
+// cinitStart is the first part of the C init's program for cfg: the steps
+// of runc's init, in the order the Go init took them, up to those that
+// need the program's lookup (resolveInRoot), and then an operation that
+// reads the rest from fds.rest (cinitRest). The init starts and carries
+// out this part while the agent looks the program up beside it: under
+// TCG, after a template's restore, the lookup and the init's start and
+// mounts are each tens of milliseconds of first-time guest code, and one
+// no longer waits for the other.
+func cinitStart(cfg initConfig, fds cinitFds) (_ *cinitProgram, limits []checkedRlimit, drop []int, _ error) {
 	limits, drop, err := processLimits(cfg)
 	if err != nil {
-		return nil, err
-	}
-	path, args, env := res.path, spec.Args, res.env
-	switch {
-	case res.cwdErr != nil:
-		return nil, cwdError(res.cwd, res.cwdErr)
-	case cfg.Exe != "":
-		path = cfg.Exe
-	case res.pathErr != nil:
-		return nil, res.pathErr
-	}
-	if cfg.InitBinary != "" {
-		// The init finds the program again through PATH, as tini does.
-		path, args = dockerInitPath, append([]string{dockerInitPath, "--"}, args...)
-		if fds.cgroup > 0 {
-			env = append(slices.Clip(env), cgroupFdEnv+"="+strconv.Itoa(fds.cgroup))
-		}
+		return nil, nil, nil, err
 	}
 	binds, err := etcBinds(cfg.Root, cfg.EtcDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 
 	p := &cinitProgram{}
 	wrap, pathErr := errnoError, errnoPathError
-	remountRO := func(path string) {
-		p.op(cinitMount, wrap("remount %s read-only", path), cstr(""), cstr(path), cstr(""), cnum(uintptr(unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY)), cstr(""))
-	}
 
 	// prepareRoot
 	p.op(cinitMount, wrap("make mounts private"), cstr(""), cstr("/"), cstr(""), cnum(uintptr(unix.MS_REC|unix.MS_PRIVATE)), cstr(""))
@@ -354,7 +340,7 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 	for _, d := range cfg.Devices {
 		path, err := deviceNodePath(dev, d)
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		p.op(cinitMkdirAll, pathErr("create device %s", "mkdir", filepath.Dir(path), d.Path), cstr(filepath.Dir(path)), cnum(0o755))
 		p.op(cinitRemove, pathErr("create device %s", "remove", path, d.Path), cstr(path))
@@ -367,13 +353,40 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 		}
 		p.op(cinitMount, wrap("bind %s on %s", b.Src, b.Dst), cstr(b.Src), cstr(b.Dst), cstr(""), cnum(uintptr(unix.MS_BIND)), cstr(""))
 		if cfg.ReadOnly {
-			remountRO(b.Dst)
+			p.remountRO(b.Dst)
 		}
 	}
 
 	if cfg.InitBinary != "" {
 		p.op(cinitOpen, pathErr("open init binary", "open", cfg.InitBinary), cstr(cfg.InitBinary), cnum(fds.initBinary))
 	}
+	p.op(cinitContinueFd, wrap("read the rest of the init's operations"), cnum(fds.rest))
+	return p, limits, drop, nil
+}
+
+// cinitRest appends to p, after cinitStart's part, the steps that need
+// the program's lookup res: the chroot, the working directory Docker
+// creates for a main process, and the process's own steps up to its exec.
+// It returns the error that refuses the process, if res holds one.
+func (p *cinitProgram) cinitRest(cfg initConfig, fds cinitFds, res programInRoot, limits []checkedRlimit, drop []int) error {
+	spec := cfg.Process
+	path, args, env := res.path, spec.Args, res.env
+	switch {
+	case res.cwdErr != nil:
+		return cwdError(res.cwd, res.cwdErr)
+	case cfg.Exe != "":
+		path = cfg.Exe
+	case res.pathErr != nil:
+		return res.pathErr
+	}
+	if cfg.InitBinary != "" {
+		// The init finds the program again through PATH, as tini does.
+		path, args = dockerInitPath, append([]string{dockerInitPath, "--"}, args...)
+		if fds.cgroup > 0 {
+			env = append(slices.Clip(env), cgroupFdEnv+"="+strconv.Itoa(fds.cgroup))
+		}
+	}
+	wrap, pathErr := errnoError, errnoPathError
 	// enterRoot, and the working directory Docker creates for a main
 	// process
 	p.op(cinitChroot, wrap("chroot %s", cfg.Root), cstr(cfg.Root))
@@ -386,17 +399,22 @@ func cinitFor(cfg initConfig, fds cinitFds) (*cinitProgram, error) {
 		p.op(cinitMkdirAll, pathErr("create %s", "mkdir", dir, dir), cstr(dir), cnum(0o755))
 		p.op(cinitCreate, pathErr("create mount point %s", "open", dockerInitPath, dockerInitPath), cstr(dockerInitPath), cnum(0o755))
 		p.op(cinitMount, wrap("bind %s on %s", src, dockerInitPath), cstr(src), cstr(dockerInitPath), cstr(""), cnum(uintptr(unix.MS_BIND)), cstr(""))
-		remountRO(dockerInitPath)
+		p.remountRO(dockerInitPath)
 	}
 	if cfg.ReadOnly {
-		remountRO("/")
+		p.remountRO("/")
 	}
 	procsFd := fds.cgroup
 	if cfg.InitBinary != "" {
 		procsFd = 0 // --init's init starts its child in the cgroup
 	}
 	p.processOps(spec, limits, drop, res.user, res.cwd, procsFd, fds.barrier, path, args, env)
-	return p, nil
+	return nil
+}
+
+// remountRO makes the bind mount at path read-only.
+func (p *cinitProgram) remountRO(path string) {
+	p.op(cinitMount, errnoError("remount %s read-only", path), cstr(""), cstr(path), cstr(""), cnum(uintptr(unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY)), cstr(""))
 }
 
 // errnoError and errnoPathError word an operation's errno as the Go

@@ -166,7 +166,7 @@ func (a *Agent) reap() {
 	}
 }
 
-// initConfig describes a process to start: a main process (cinitFor), or
+// initConfig describes a process to start: a main process (cinitStart, cinitRest), or
 // an exec (startExecInit, execDirectly).
 type initConfig struct {
 	Root     string
@@ -253,6 +253,21 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	a.procs[id] = p
 	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args, "direct", p.direct, "cinit", !p.direct)
 	return p, nil
+}
+
+// resolution is resolveInRoot's answer.
+type resolution struct {
+	prog programInRoot
+	err  error
+}
+
+// asAgentError is err as the agent answers it: an agentError as it is,
+// anything else as an internal error.
+func asAgentError(err error) error {
+	if ae := (*agentError)(nil); errors.As(err, &ae) {
+		return ae
+	}
+	return &agentError{proto.KindInternal, err.Error()}
 }
 
 // childFiles are the descriptors of one spawn; every one is closed on every
@@ -342,7 +357,11 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		}
 	}
 	var cprog *cinitProgram
-	var barrier *os.File
+	var barrier, restR *os.File
+	// sendRest, for a main process, sends the init the rest of its
+	// program once the lookup running beside its start is done, and
+	// returns the error that refuses the process, if any.
+	var sendRest func() error
 	if targetPid == 0 {
 		var fds cinitFds
 		next := firstExtraFd(stdio, consoleChild)
@@ -356,14 +375,42 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 			files.child = append(files.child, barrier)
 			fds.barrier, next = next, next+1
 		}
+		var restW *os.File
+		if restR, restW, err = files.pipe(); err != nil {
+			return nil, internal("init program pipe", err)
+		}
+		files.child = append(files.child, restR)
+		fds.rest, next = next, next+1
 		if cfg.InitBinary != "" {
 			fds.initBinary = next
 		}
-		if cprog, err = cinitFor(cfg, fds); err != nil {
-			if ae := (*agentError)(nil); errors.As(err, &ae) {
-				return nil, ae
+		resolved := make(chan resolution, 1)
+		go func() {
+			prog, err := resolveInRoot(cfg)
+			resolved <- resolution{prog, err}
+		}()
+		var limits []checkedRlimit
+		var drop []int
+		cprog, limits, drop, err = cinitStart(cfg, fds)
+		if err != nil {
+			<-resolved // its thread is the agent's again
+			return nil, asAgentError(err)
+		}
+		sendRest = func() error {
+			defer restW.Close()
+			res := <-resolved
+			if res.err != nil {
+				return asAgentError(res.err)
 			}
-			return nil, &agentError{proto.KindInternal, err.Error()}
+			first := len(cprog.buf)
+			if err := cprog.cinitRest(cfg, fds, res.prog, limits, drop); err != nil {
+				return asAgentError(err)
+			}
+			// More than a pipe holds (a huge environment) is read by
+			// the init as it comes. A write that fails found the init
+			// gone: its status report says why.
+			_, _ = restW.Write(cprog.buf[first:])
+			return nil
 		}
 	}
 	var cgroupFile *os.File
@@ -384,7 +431,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 	var attr *os.ProcAttr
 	var failR *os.File
 	if cprog != nil {
-		if attr, failR, err = files.forInit(cprog.buf, stdio, consoleChild, cgroupFile, barrier); err != nil {
+		if attr, failR, err = files.forInit(cprog.buf, stdio, consoleChild, cgroupFile, barrier, restR); err != nil {
 			return nil, internal("start the init", err)
 		}
 		attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
@@ -434,6 +481,12 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		f.Close()
 	}
 	files.child = nil
+	// A process the lookup refuses: the init, given no rest, exits
+	// without running anything, and what it reports is not the reason.
+	var refused error
+	if sendRest != nil {
+		refused = sendRest()
+	}
 
 	// The init's status pipe is close-on-exec in the child: EOF with no
 	// data means the user's program is running. A direct exec has
@@ -443,7 +496,7 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		msg, err = io.ReadAll(failR)
 		failR.Close()
 	}
-	if err != nil || len(msg) > 0 {
+	if refused != nil || err != nil || len(msg) > 0 {
 		// The child exits right after reporting; wait so the pid is reaped.
 		<-p.exited
 		for _, f := range []*os.File{outR, errR, stdinW, consoleParent} {
@@ -451,7 +504,10 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 				f.Close()
 			}
 		}
-		if err != nil {
+		switch {
+		case refused != nil:
+			return nil, refused
+		case err != nil:
 			return nil, internal("read child status", err)
 		}
 		return nil, cprog.failure(msg)

@@ -8,7 +8,10 @@
  * carries them out in order (mounts, device nodes, chroot, limits, a
  * terminal, credentials, ...) and the last one execs the user's program. Everything
  * the operations do is worked out by the agent, in Go; this program only
- * interprets them, so it holds no policy of its own.
+ * interprets them, so it holds no policy of its own. A main process's list
+ * stops at OP_CONTINUE_FD, which reads the rest from another descriptor:
+ * the agent sends it once it has looked the user and the program up, which
+ * it does while this program starts and carries out the first part.
  *
  * Why C: after a VM is restored from a template its translation cache is
  * empty, and a Go init's runtime start alone took 70-100 ms there before
@@ -82,6 +85,7 @@ enum {
 	OP_OPEN,          /* path, fd: open path read-only at fd, close-on-exec */
 	OP_CLOSE_ON_EXEC, /* fd */
 	OP_AWAIT_FD,      /* fd: read one byte from it, then close it */
+	OP_CONTINUE_FD,   /* fd: the operations that follow are read from it, to its end */
 };
 
 /* The terminal OP_OPEN_TERMINAL opened. */
@@ -141,7 +145,7 @@ static char **strs(struct reader *r)
 	return v;
 }
 
-static unsigned char *read_config(size_t *len)
+static unsigned char *read_all(int fd, size_t *len)
 {
 	size_t cap = 1 << 16, n = 0;
 	unsigned char *buf = malloc(cap);
@@ -152,9 +156,9 @@ static unsigned char *read_config(size_t *len)
 				break;
 			buf = grown;
 		}
-		ssize_t got = read(CONFIG_FD, buf + n, cap - n);
+		ssize_t got = read(fd, buf + n, cap - n);
 		if (got == 0) {
-			close(CONFIG_FD);
+			close(fd);
 			*len = n;
 			return buf;
 		}
@@ -391,6 +395,21 @@ static int run(struct reader *r, mode_t umask_before)
 		errno = err;
 		return n == 1 ? 0 : -1;
 	}
+	case OP_CONTINUE_FD: {
+		/* The agent sends the rest once it has worked it out; an empty
+		 * rest (the agent gave up on the process) ends the list without
+		 * an exec, which fails as a malformed one. */
+		int fd = (int)num(r);
+		if (r->bad || r->p != r->end)
+			return -2;
+		size_t len = 0;
+		unsigned char *rest = read_all(fd, &len);
+		if (rest == NULL)
+			return -1;
+		r->p = rest;
+		r->end = rest + len;
+		return 0;
+	}
 	case OP_OPEN: {
 		const char *path = str(r);
 		int fd = (int)num(r);
@@ -491,7 +510,7 @@ int main(int argc, char **argv)
 	/* Modes in the operations are final; the program gets the umask back. */
 	mode_t umask_before = umask(0);
 	size_t len = 0;
-	unsigned char *config = read_config(&len);
+	unsigned char *config = read_all(CONFIG_FD, &len);
 	if (config == NULL)
 		fail(NO_OP, errno ? errno : EIO);
 	struct reader r = {.p = config, .end = config + len};
