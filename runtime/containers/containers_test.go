@@ -1,7 +1,9 @@
 package containers
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -139,5 +141,38 @@ func TestFilters(t *testing.T) {
 		if _, err := newFilter(bad); err == nil {
 			t.Errorf("newFilter(%v) accepted", bad)
 		}
+	}
+}
+
+// TestListNewestFirst: containers list newest first by their creation
+// time to the nanosecond, as dockerd lists them, also when they were
+// created within one second (whose summaries' Created are equal).
+func TestListNewestFirst(t *testing.T) {
+	second := time.Unix(1_700_000_000, 0)
+	m := &Manager{byID: map[string]*ctr{}}
+	for _, c := range []struct {
+		id, name string
+		created  time.Time
+	}{
+		// IDs in creation order, the order a tie broken by ID gives.
+		{"aaaa", "first", second.Add(100 * time.Millisecond)},
+		{"bbbb", "second", second.Add(600 * time.Millisecond)},
+		{"cccc", "third", second.Add(900 * time.Millisecond)},
+		{"dddd", "next-second", second.Add(1500 * time.Millisecond)},
+	} {
+		m.byID[c.id] = &ctr{m: m, rec: Record{ID: c.id, Name: c.name, Created: c.created,
+			Config: &container.Config{}, HostConfig: &container.HostConfig{},
+			State: container.State{Status: container.StateExited}}}
+	}
+	list, err := m.List(context.Background(), ListOptions{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list {
+		names = append(names, s.Names[0])
+	}
+	if got, want := strings.Join(names, " "), "/next-second /third /second /first"; got != want {
+		t.Errorf("listed %s, want %s", got, want)
 	}
 }

@@ -69,6 +69,10 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 	}
 	m.mu.Unlock()
 	var out []container.Summary
+	// created is each listed container's creation time to the
+	// nanosecond: the summary's Created is whole seconds, and two
+	// containers created within one second must still list newest first.
+	created := map[string]time.Time{}
 	now := time.Now()
 	for _, c := range all {
 		c.mu.Lock()
@@ -81,6 +85,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 		if !f.match(rec) {
 			continue
 		}
+		created[rec.ID] = rec.Created
 		out = append(out, container.Summary{
 			ID: rec.ID, Names: []string{"/" + rec.Name}, Image: rec.Image, ImageID: rec.ImageID,
 			Command: strings.TrimSpace(rec.Path + " " + strings.Join(rec.Args, " ")),
@@ -96,7 +101,8 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 	}
 	// Newest first, as dockerd lists them.
 	sort.Slice(out, func(i, j int) bool {
-		return out[i].Created > out[j].Created || out[i].Created == out[j].Created && out[i].ID < out[j].ID
+		ci, cj := created[out[i].ID], created[out[j].ID]
+		return ci.After(cj) || ci.Equal(cj) && out[i].ID < out[j].ID
 	})
 	if opts.Limit > 0 && len(out) > opts.Limit {
 		out = out[:opts.Limit]
