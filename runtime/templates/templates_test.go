@@ -34,6 +34,8 @@ type fakeDriver struct {
 	// attachAwaitsAgent has AttachDisks wait until the machine's agent has
 	// been dialed, failing after a while if it is not.
 	attachAwaitsAgent bool
+	// hungRestores gives restored machines an agent that never answers.
+	hungRestores bool
 
 	mu       sync.Mutex
 	starts   []vmm.Config
@@ -78,6 +80,7 @@ func (d *fakeDriver) Restore(_ context.Context, cfg vmm.Config, dir string) (vmm
 	d.restores = append(d.restores, cfg)
 	d.from = append(d.from, dir)
 	m := d.machine()
+	m.hung = d.hungRestores
 	if d.hotplug {
 		return &hotplugMachine{m}, nil
 	}
@@ -95,11 +98,17 @@ type fakeMachine struct {
 	// dialed is closed when the agent is first dialed.
 	dialed     chan struct{}
 	dialedOnce sync.Once
+	// hung: the agent is never served, as in a guest that hangs.
+	hung bool
 }
 
 func (m *fakeMachine) PID() int { return 1 }
 func (m *fakeMachine) DialAgent(ctx context.Context) (net.Conn, error) {
 	m.dialedOnce.Do(func() { close(m.dialed) })
+	if m.hung {
+		hostEnd, _ := net.Pipe()
+		return hostEnd, nil
+	}
 	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(m.d.t.TempDir()), StateDir: m.d.t.TempDir(), Refresher: m.d.refresh})
 	if err != nil {
 		return nil, err
@@ -495,5 +504,37 @@ func TestTemplateSlots(t *testing.T) {
 	defer other.Close()
 	if entries, _ := os.ReadDir(m.opts.Dir); len(other.ready) != 0 || len(entries) != 0 {
 		t.Errorf("a daemon without slots kept %d templates, %d dirs; want none", len(other.ready), len(entries))
+	}
+}
+
+// TestRestoreThatHangs: a restored guest whose agent never answers fails
+// the start after RestoreTimeout, not the boot's ReadyTimeout, and its
+// VM is killed; the container then boots another way.
+func TestRestoreThatHangs(t *testing.T) {
+	d := &fakeDriver{t: t, version: "1", hotplug: true, refresh: &fakeRefresher{}}
+	m := newManagerWith(t, Options{Dir: t.TempDir(), Driver: d, Taps: &fakeTaps{}, RestoreTimeout: 50 * time.Millisecond})
+	ctx := context.Background()
+	if _, err := m.Start(ctx, vmCfg(m, 1)); !errdefs.IsNotFound(err) {
+		t.Fatalf("first start: %v, want not found (no template yet)", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.hungRestores = true
+	killed := d.killed
+	d.mu.Unlock()
+
+	// Well inside the boot's ReadyTimeout (10 s here).
+	outer, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := m.Start(outer, vmCfg(m, 1))
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || outer.Err() != nil {
+		t.Fatalf("start from a template whose guest hangs: %v (caller's context: %v), want the restore's own deadline", err, outer.Err())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.killed != killed+1 {
+		t.Errorf("VMs killed by the failed restore: %d, want 1", d.killed-killed)
 	}
 }
