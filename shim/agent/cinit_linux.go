@@ -153,12 +153,7 @@ func (p *cinitProgram) failure(report []byte) *agentError {
 	if _, err := fmt.Sscanf(string(report), "%d %d", &index, &errno); err != nil || index >= uint64(len(p.errs)) {
 		return &agentError{proto.KindInternal, fmt.Sprintf("container init failed: %q", report)}
 	}
-	err := p.errs[index](unix.Errno(errno))
-	var ae *agentError
-	if errors.As(err, &ae) {
-		return ae
-	}
-	return &agentError{proto.KindInternal, err.Error()}
+	return asAgentError(p.errs[index](unix.Errno(errno)))
 }
 
 // nulError refuses a process the C init would start with a NUL byte in

@@ -263,7 +263,7 @@ type resolution struct {
 
 // asAgentError is err as the agent answers it: an agentError as it is,
 // anything else as an internal error.
-func asAgentError(err error) error {
+func asAgentError(err error) *agentError {
 	if ae := (*agentError)(nil); errors.As(err, &ae) {
 		return ae
 	}
