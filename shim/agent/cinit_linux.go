@@ -198,22 +198,26 @@ type programInRoot struct {
 // the agent's other threads but equal to theirs, which holds as long as
 // the agent never changes its root, working directory or umask. A thread
 // that cannot be restored is thrown away.
-func resolveInRoot(cfg initConfig) (programInRoot, error) {
-	type result struct {
-		prog programInRoot
-		err  error
-	}
-	ch := make(chan result, 1)
+//
+// The answer comes on the returned channel, so that the caller can start
+// the init meanwhile (cinitStart).
+func resolveInRoot(cfg initConfig) <-chan resolution {
+	ch := make(chan resolution, 1)
 	go func() {
 		runtime.LockOSThread()
 		r, restore, err := resolveOnThread(cfg)
-		ch <- result{r, err}
+		ch <- resolution{r, err}
 		if restore() == nil {
 			runtime.UnlockOSThread()
 		}
 	}()
-	res := <-ch
-	return res.prog, res.err
+	return ch
+}
+
+// resolution is resolveInRoot's answer.
+type resolution struct {
+	prog programInRoot
+	err  error
 }
 
 // resolveOnThread is resolveInRoot's work on the locked thread; restore

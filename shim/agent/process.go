@@ -255,12 +255,6 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	return p, nil
 }
 
-// resolution is resolveInRoot's answer.
-type resolution struct {
-	prog programInRoot
-	err  error
-}
-
 // asAgentError is err as the agent answers it: an agentError as it is,
 // anything else as an internal error.
 func asAgentError(err error) *agentError {
@@ -384,16 +378,11 @@ func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (
 		if cfg.InitBinary != "" {
 			fds.initBinary = next
 		}
-		resolved := make(chan resolution, 1)
-		go func() {
-			prog, err := resolveInRoot(cfg)
-			resolved <- resolution{prog, err}
-		}()
+		resolved := resolveInRoot(cfg)
 		var limits []checkedRlimit
 		var drop []int
 		cprog, limits, drop, err = cinitStart(cfg, fds)
 		if err != nil {
-			<-resolved // its thread is the agent's again
 			return nil, asAgentError(err)
 		}
 		sendRest = func() error {
