@@ -119,6 +119,9 @@ func run(parent context.Context, cfg Config) error {
 		return err
 	}
 	guest.Accel = choice.Accel
+	if err := noHugePagesUnderTCG(choice.Accel); err != nil {
+		logger.Warn("VMMs keep huge pages", "err", err)
+	}
 	driver, decision, err := pickVMM(cfg.VMM, host, choice, qemuDriver, logger)
 	if err != nil {
 		return err
