@@ -122,6 +122,10 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	// the bench's huskd runs without --debug (harness.DaemonConfig.Quiet),
 	// so no husk.debug on the command line.
 	guest := containers.Guest{Driver: drv, Kernel: k.Path, Initramfs: initramfs, MemoryMiB: 256, CPUs: containers.DefaultCPUs()}
+	// And without huge pages, as huskd's QEMUs run under TCG.
+	if err := qemu.NoHugePagesUnderTCG("tcg"); err != nil {
+		t.Fatal(err)
+	}
 	floor := func() error {
 		bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()

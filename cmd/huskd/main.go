@@ -30,6 +30,7 @@ import (
 	huskevents "github.com/husk-vm/husk/runtime/events"
 	"github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/virtiofs"
+	"github.com/husk-vm/husk/runtime/vmm/qemu"
 	"github.com/husk-vm/husk/runtime/volumes"
 )
 
@@ -119,7 +120,7 @@ func run(parent context.Context, cfg Config) error {
 		return err
 	}
 	guest.Accel = choice.Accel
-	if err := noHugePagesUnderTCG(choice.Accel); err != nil {
+	if err := qemu.NoHugePagesUnderTCG(choice.Accel); err != nil {
 		logger.Warn("VMMs keep huge pages", "err", err)
 	}
 	driver, decision, err := pickVMM(cfg.VMM, host, choice, qemuDriver, logger)

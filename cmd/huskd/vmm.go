@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/husk-vm/husk/runtime/accel"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/runtime/vmm/cloudhypervisor"
@@ -63,24 +61,4 @@ func pickVMM(name string, host vmmselect.Host, choice accel.Choice, qemuDriver v
 // kernels through their PVH entry, from ELFs it keeps in kernelCache.
 func newQEMU(logger *slog.Logger, kernelCache string) vmm.Driver {
 	return qemu.New(qemu.Options{Logger: logger, KernelCache: kernelCache})
-}
-
-// noHugePagesUnderTCG turns transparent huge pages off for huskd when its
-// guests run under TCG. The flag belongs to the process and is inherited
-// by every VMM huskd starts, across exec. QEMU asks for huge pages for
-// TCG's translation buffer and for guest RAM; under TCG that buys nothing
-// measurable and costs memory, because each vCPU's partly filled buffer
-// region and some of QEMU's own allocations are rounded up to 2 MiB. A
-// template-started sandbox held 62.7 MiB beyond its guest without them
-// against 65.1 MiB with them (three each), and its start took as long
-// (bench/README.md, Memory). Under KVM huge pages back the guest's RAM
-// in the host's page tables, so they stay on.
-func noHugePagesUnderTCG(accel string) error {
-	if accel != "tcg" {
-		return nil
-	}
-	if err := unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("turn transparent huge pages off: %w", err)
-	}
-	return nil
 }

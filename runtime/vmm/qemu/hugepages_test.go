@@ -1,4 +1,4 @@
-package main
+package qemu
 
 import (
 	"testing"
@@ -21,13 +21,13 @@ func TestNoHugePagesUnderTCG(t *testing.T) {
 	if thpOff() {
 		t.Skip("huge pages were already off for this process")
 	}
-	if err := noHugePagesUnderTCG("kvm"); err != nil {
+	if err := NoHugePagesUnderTCG("kvm"); err != nil {
 		t.Fatal(err)
 	}
 	if thpOff() {
 		t.Fatal("huge pages turned off under KVM")
 	}
-	if err := noHugePagesUnderTCG("tcg"); err != nil {
+	if err := NoHugePagesUnderTCG("tcg"); err != nil {
 		t.Fatal(err)
 	}
 	if !thpOff() {
