@@ -161,6 +161,9 @@ type Agent struct {
 	closeOnce sync.Once
 	// lastCap is the guest kernel's last capability (lastCapability).
 	lastCap int
+	// zygote is a main process's init started ahead of its container
+	// (zygote_linux.go), guarded by pmu.
+	zygote *zygote
 }
 
 // New makes an Agent and starts its reaper. Close stops it.
@@ -203,6 +206,9 @@ func New(opts Options) (*Agent, error) {
 
 // Close kills every process the agent started and stops the reaper.
 func (a *Agent) Close() error {
+	if z := a.discardZygote(); z != nil {
+		<-z.exited
+	}
 	a.killAll(context.Background())
 	a.closeOnce.Do(func() {
 		close(a.stop)
@@ -617,6 +623,7 @@ func (a *Agent) setupSettled(err error) {
 
 // undoSetupLocked takes back a root setupLocked published.
 func (a *Agent) undoSetupLocked(ctx context.Context) {
+	a.discardZygote()
 	if a.mounts != nil {
 		_ = a.mounts.release()
 	}
@@ -760,6 +767,7 @@ func writeEtcFiles(dir string, spec proto.SetupSpec) error {
 
 // shutdown stops every process, releases the root, answers, and powers off.
 func (a *Agent) shutdown(ctx context.Context, s *stream) error {
+	a.discardZygote()
 	a.killAll(ctx)
 	unix.Sync()
 	a.mu.Lock()
@@ -825,8 +833,14 @@ func (a *Agent) mountRoot(ctx context.Context, spec proto.MountRootSpec) error {
 	if a.root != "" || a.warming {
 		return &agentError{proto.KindInvalid, "mount-root: the guest is set up or warming"}
 	}
-	if _, err := a.opts.Rootfs.Mount(ctx, proto.SetupSpec{BaseSerial: spec.BaseSerial, UpperSerial: spec.UpperSerial}); err != nil {
+	root, err := a.opts.Rootfs.Mount(ctx, proto.SetupSpec{BaseSerial: spec.BaseSerial, UpperSerial: spec.UpperSerial})
+	if err != nil {
 		return fmt.Errorf("mount-root: %w", err)
+	}
+	if a.opts.InitExe != "" {
+		if err := a.startZygote(root); err != nil {
+			a.log.Warn("containers of this root start their own init", "err", err)
+		}
 	}
 	unix.Sync()
 	return nil

@@ -42,12 +42,13 @@ import (
 // operations to carry out. When one fails, the init reports its index and
 // errno, and the agent words the error as the Go init did.
 //
-// Why the init is started per process and not ahead of time: a Go init
-// started before the snapshot of a template and handed its descriptors on
-// OpStart was built and measured on the 2-core development host (TCG,
-// minimal kernel). From the end of the setup to the exec it took 84-125
-// ms against 96-104 ms for one started per process, and `docker run --rm`
-// medians were 548 ms against 546 ms over 15 interleaved runs.
+// An image's template starts the init ahead of its containers, with its
+// namespaces and mounts done (a zygote, zygote_linux.go). An earlier try,
+// a Go init started before a template's snapshot but doing all of its
+// work after OpStart, gained nothing (84-125 ms from the end of the setup
+// to the exec against 96-104 ms, `docker run --rm` 548 ms against 546):
+// what a restored guest pays for is running the init's code, mounts
+// included, not having a process to run it in.
 
 // cinitArg0 is the C init's argv[0]; under cinitWarmArg0 it exits 0 at
 // once, which makes it the program of the template's warm-up (OpWarm).
@@ -297,7 +298,7 @@ type cinitFds struct {
 }
 
 // cinitStart is the first part of the C init's program for cfg: the steps
-// of runc's init, in the order the Go init took them, up to those that
+// of runc's init (cinitNamespace's, then cinitContainer's) up to those that
 // need the program's lookup (resolveInRoot), and then an operation that
 // reads the rest from fds.rest (cinitRest). The init starts and carries
 // out this part while the agent looks the program up beside it: under
@@ -313,15 +314,22 @@ func cinitStart(cfg initConfig, fds cinitFds) (_ *cinitProgram, limits []checked
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	p := cinitNamespace(cfg)
+	if err := p.cinitContainer(cfg, binds, fds); err != nil {
+		return nil, nil, nil, err
+	}
+	p.op(cinitContinueFd, errnoError("read the rest of the init's operations"), cnum(fds.rest))
+	return p, limits, drop, nil
+}
 
+// cinitNamespace is the part of a main process's init that is the same
+// for every container of a root: its mounts made private, and /proc,
+// /sys and /dev as runc sets them up. A zygote (zygote_linux.go) runs it
+// before its container exists.
+func cinitNamespace(cfg initConfig) *cinitProgram {
 	p := &cinitProgram{}
 	wrap, pathErr := errnoError, errnoPathError
-
-	// prepareRoot
 	p.op(cinitMount, wrap("make mounts private"), cstr(""), cstr("/"), cstr(""), cnum(uintptr(unix.MS_REC|unix.MS_PRIVATE)), cstr(""))
-	if cfg.Hostname != "" {
-		p.op(cinitSethostname, wrap("set hostname"), cstr(cfg.Hostname))
-	}
 	for _, m := range rootMounts(cfg) {
 		target := filepath.Join(cfg.Root, m.Target)
 		p.op(cinitMkdirAll, pathErr("create mount point %s", "mkdir", target, target), cstr(target), cnum(0o755))
@@ -336,10 +344,22 @@ func cinitStart(cfg initConfig, fds cinitFds) (_ *cinitProgram, limits []checked
 		link := filepath.Join(dev, l[1])
 		p.op(cinitSymlink, pathErr("create /dev/%s", "symlink", link, l[1]), cstr(l[0]), cstr(link))
 	}
+	return p
+}
+
+// cinitContainer appends, before the init's chroot, what is the
+// container's own: its hostname, its --device nodes, the /etc binds and
+// --init's binary.
+func (p *cinitProgram) cinitContainer(cfg initConfig, binds []etcBind, fds cinitFds) error {
+	wrap, pathErr := errnoError, errnoPathError
+	if cfg.Hostname != "" {
+		p.op(cinitSethostname, wrap("set hostname"), cstr(cfg.Hostname))
+	}
+	dev := filepath.Join(cfg.Root, "dev")
 	for _, d := range cfg.Devices {
 		path, err := deviceNodePath(dev, d)
 		if err != nil {
-			return nil, nil, nil, err
+			return err
 		}
 		p.op(cinitMkdirAll, pathErr("create device %s", "mkdir", filepath.Dir(path), d.Path), cstr(filepath.Dir(path)), cnum(0o755))
 		p.op(cinitRemove, pathErr("create device %s", "remove", path, d.Path), cstr(path))
@@ -355,12 +375,10 @@ func cinitStart(cfg initConfig, fds cinitFds) (_ *cinitProgram, limits []checked
 			p.remountRO(b.Dst)
 		}
 	}
-
 	if cfg.InitBinary != "" {
 		p.op(cinitOpen, pathErr("open init binary", "open", cfg.InitBinary), cstr(cfg.InitBinary), cnum(fds.initBinary))
 	}
-	p.op(cinitContinueFd, wrap("read the rest of the init's operations"), cnum(fds.rest))
-	return p, limits, drop, nil
+	return nil
 }
 
 // cinitRest appends to p, after cinitStart's part, the steps that need

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -232,4 +234,61 @@ func currentUmask() int {
 	old := syscall.Umask(0)
 	syscall.Umask(old)
 	return old
+}
+
+// TestZygote: after a mount-root, the main process starts in the zygote
+// the agent started then, and sees what an init of its own would have
+// given it. A second start, a start after one the lookup refused, and the
+// start of a container the zygote does not fit start their own init.
+func TestZygote(t *testing.T) {
+	newAgent := func(setup proto.SetupSpec) (*host.Client, *syncBuffer) {
+		log := &syncBuffer{}
+		root := makeRoot(t)
+		for _, m := range setup.Mounts {
+			t.Cleanup(func() { _ = unix.Unmount(filepath.Join(root, m.Target), unix.MNT_DETACH) })
+		}
+		a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(root), StateDir: t.TempDir(),
+			Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		c, _ := (&fixture{agent: a, root: root}).connect(t)
+		if err := c.MountRoot(ctx(t), proto.MountRootSpec{BaseSerial: "b", UpperSerial: "u"}); err != nil {
+			t.Fatalf("mount-root: %v", err)
+		}
+		setup.Hostname, setup.BaseSerial, setup.UpperSerial = "husky", "b", "u"
+		if err := c.Setup(ctx(t), setup); err != nil {
+			t.Fatalf("setup: %v", err)
+		}
+		return c, log
+	}
+	view := startCase{name: "namespaces, mounts and /etc", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
+		"echo $$; hostname; cat /etc/hostname; ls /dev | tr '\\n' ' '; echo; cut -d' ' -f2 /proc/mounts | grep -v '^/$' | tr '\\n' ' '; df -k /dev/shm | tail -1 | tr -s ' ' | cut -d' ' -f2"}},
+		stdout: "1\nhusky\nhusky\ncore fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero \n" +
+			"/proc /sys /dev /dev/pts /dev/shm /dev/mqueue /etc/hostname /etc/hosts 65536\n"}
+	refused := startCase{name: "command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}},
+		kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`}
+	t.Cleanup(func() { threadsShareRoot(t) })
+
+	t.Run("taken once", func(t *testing.T) {
+		c, log := newAgent(proto.SetupSpec{})
+		checkStart(t, c, log, "main", view, "zygote=true")
+		checkStart(t, c, log, "again", view, "zygote=false")
+	})
+	t.Run("lookup refused", func(t *testing.T) {
+		c, log := newAgent(proto.SetupSpec{})
+		checkStart(t, c, log, "main", refused, "")
+		checkStart(t, c, log, "again", view, "zygote=false")
+	})
+	t.Run("another /dev/shm", func(t *testing.T) {
+		c, log := newAgent(proto.SetupSpec{Settings: &proto.ContainerSettings{ShmSize: 1 << 20}})
+		shm := view
+		shm.stdout = strings.Replace(view.stdout, " 65536\n", " 1024\n", 1)
+		checkStart(t, c, log, "main", shm, "zygote=false")
+	})
+	t.Run("a tmpfs in the root", func(t *testing.T) {
+		c, log := newAgent(proto.SetupSpec{Mounts: []proto.MountSpec{{Type: proto.MountTmpfs, Target: "/scratch"}}})
+		checkStart(t, c, log, "main", startCase{name: "tmpfs", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "grep -c ' /scratch ' /proc/mounts"}}, stdout: "1\n"}, "zygote=false")
+	})
 }

@@ -85,6 +85,9 @@ func flagsOf(opts []string, readOnly bool) (uintptr, string) {
 	return flags, strings.Join(data, ",")
 }
 
+// empty says that nothing was mounted into the root or listened on.
+func (m *mounter) empty() bool { return len(m.mounted) == 0 && len(m.sockets) == 0 }
+
 // apply mounts every spec into root, in order. On error, what was mounted
 // stays recorded for release.
 func (m *mounter) apply(root string, specs []proto.MountSpec) error {

@@ -47,6 +47,8 @@ type process struct {
 	// direct: the agent started the program itself (canExecDirectly);
 	// otherwise the C init started it.
 	direct bool
+	// zygote: its init was the zygote (zygote_linux.go).
+	zygote bool
 }
 
 // signal sends sig unless the process has already been reaped (its pid may
@@ -173,7 +175,10 @@ type initConfig struct {
 	Hostname string
 	EtcDir   string
 	Mounts   bool // set up /proc, /sys, /dev and /etc binds
-	Process  proto.ProcessSpec
+	// Volumes says that the setup mounted volumes, binds or tmpfs into
+	// Root, which a zygote's mount namespace, copied before, lacks.
+	Volumes bool
+	Process proto.ProcessSpec
 	// ShmSize, ReadOnly and InitBinary carry the main process's share of
 	// proto.ContainerSettings; InitBinary is the C init's own binary,
 	// bound at dockerInitPath for --init, where it runs as tini does
@@ -204,6 +209,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	}
 	a.mu.Lock()
 	root, hostname, etcDir, settings, cgroup, network := a.root, a.hostname, a.etcDir, a.settings, a.cgroupDir, a.netPending
+	volumes := a.mounts != nil && !a.mounts.empty()
 	_, dup := a.procs[id]
 	var target *process
 	if spec.ExecOf != "" {
@@ -216,7 +222,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	if dup {
 		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
 	}
-	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Process: spec, Network: network}
+	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Volumes: volumes, Process: spec, Network: network}
 	if settings != nil {
 		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
 		if settings.Init {
@@ -251,7 +257,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		return nil, &agentError{proto.KindInvalid, fmt.Sprintf("start: process %s already exists", id)}
 	}
 	a.procs[id] = p
-	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args, "direct", p.direct, "cinit", !p.direct)
+	a.log.Debug("process started", "id", id, "pid", p.pid, "args", spec.Args, "direct", p.direct, "cinit", !p.direct, "zygote", p.zygote)
 	return p, nil
 }
 
@@ -293,6 +299,11 @@ func (f *childFiles) release(failed bool) {
 
 // cgroup, when set, is the container's cgroup directory.
 func (a *Agent) spawn(id string, cfg initConfig, targetPid int, cgroup string) (_ *process, retErr error) {
+	if targetPid == 0 {
+		if z := a.takeZygote(id, cfg); z != nil {
+			return a.spawnFromZygote(id, z, cfg, cgroup)
+		}
+	}
 	var files childFiles
 	defer func() { files.release(retErr != nil) }()
 	internal := func(what string, err error) error {
