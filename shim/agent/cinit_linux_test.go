@@ -33,7 +33,6 @@ func TestMainProcessStart(t *testing.T) {
 		log *syncBuffer
 	}
 	newAgent := func(settings *proto.ContainerSettings) agentUnderTest {
-		log := &syncBuffer{}
 		root := makeRoot(t)
 		for _, f := range []struct {
 			name string
@@ -50,12 +49,7 @@ func TestMainProcessStart(t *testing.T) {
 		if err := os.Chmod(filepath.Join(root, "root"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(root), StateDir: t.TempDir(),
-			Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close() })
+		a, log := debugAgent(t, root)
 		c, _ := (&fixture{agent: a, root: root}).connect(t)
 		if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky", Settings: settings}); err != nil {
 			t.Fatalf("setup: %v", err)
@@ -242,17 +236,11 @@ func currentUmask() int {
 // start of a container the zygote does not fit start their own init.
 func TestZygote(t *testing.T) {
 	newAgent := func(setup proto.SetupSpec) (*host.Client, *syncBuffer) {
-		log := &syncBuffer{}
 		root := makeRoot(t)
 		for _, m := range setup.Mounts {
 			t.Cleanup(func() { _ = unix.Unmount(filepath.Join(root, m.Target), unix.MNT_DETACH) })
 		}
-		a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(root), StateDir: t.TempDir(),
-			Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close() })
+		a, log := debugAgent(t, root)
 		c, _ := (&fixture{agent: a, root: root}).connect(t)
 		if err := c.MountRoot(ctx(t), proto.MountRootSpec{BaseSerial: "b", UpperSerial: "u"}); err != nil {
 			t.Fatalf("mount-root: %v", err)
@@ -291,4 +279,18 @@ func TestZygote(t *testing.T) {
 		c, log := newAgent(proto.SetupSpec{Mounts: []proto.MountSpec{{Type: proto.MountTmpfs, Target: "/scratch"}}})
 		checkStart(t, c, log, "main", startCase{name: "tmpfs", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "grep -c ' /scratch ' /proc/mounts"}}, stdout: "1\n"}, "zygote=false")
 	})
+}
+
+// debugAgent is an agent on the directory root whose debug log the test
+// reads.
+func debugAgent(t *testing.T, root string) (*agent.Agent, *syncBuffer) {
+	t.Helper()
+	log := &syncBuffer{}
+	a, err := agent.New(agent.Options{InitExe: testInitExe, Rootfs: agent.DirRootfs(root), StateDir: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a, log
 }

@@ -24,11 +24,11 @@ import (
 //
 // Why: under TCG a restored guest translates every code path it runs
 // afresh, and from its restore to the exec, a template start spent 55-90
-// ms building the init's program, 40-60 ms forking and executing the init
-// and 30-45 ms in its mounts, on a vCPU the network setup and the
-// program's lookup also want (marks in /dev/kmsg, bench/README.md, The
-// zygote). A zygote's restore has all of that done. Side by side, template
-// starts took 55 ms less (bench/README.md).
+// ms building the init's program, 37-85 ms forking and executing the
+// init and 26-44 ms in its mounts, on vCPUs the network setup and the
+// program's lookup also want (marks in /dev/kmsg; bench/README.md, The
+// zygote). A zygote's restore has most of that done: side by side,
+// template starts took 62 ms less.
 //
 // A container takes the zygote only when what the zygote did is what its
 // own init would have done: the same root and /dev/shm size, no volumes,
