@@ -275,6 +275,23 @@ func TestZygote(t *testing.T) {
 		shm.stdout = strings.Replace(view.stdout, " 65536\n", " 1024\n", 1)
 		checkStart(t, c, log, "main", shm, "zygote=false")
 	})
+	t.Run("a zygote that fails", func(t *testing.T) {
+		root := makeRoot(t)
+		if err := os.RemoveAll(filepath.Join(root, "dev")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "dev"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		a, log := debugAgent(t, root)
+		c, _ := (&fixture{agent: a, root: root}).connect(t)
+		if err := c.MountRoot(ctx(t), proto.MountRootSpec{BaseSerial: "b", UpperSerial: "u"}); err != nil {
+			t.Fatalf("mount-root with a zygote that cannot start: %v", err)
+		}
+		if want := "start zygote: create mount point " + filepath.Join(root, "dev"); !strings.Contains(log.String(), want) {
+			t.Errorf("no %q in the agent's log:\n%s", want, log.String())
+		}
+	})
 	t.Run("a tmpfs in the root", func(t *testing.T) {
 		c, log := newAgent(proto.SetupSpec{Mounts: []proto.MountSpec{{Type: proto.MountTmpfs, Target: "/scratch"}}})
 		checkStart(t, c, log, "main", startCase{name: "tmpfs", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "grep -c ' /scratch ' /proc/mounts"}}, stdout: "1\n"}, "zygote=false")

@@ -79,29 +79,53 @@ func (a *Agent) startZygote(root string) (err error) {
 	if err != nil {
 		return fmt.Errorf("start zygote: program pipe: %w", err)
 	}
-	files.child = append(files.child, barrierR, restR)
+	readyR, readyW, err := files.pipe()
+	if err != nil {
+		return fmt.Errorf("start zygote: ready pipe: %w", err)
+	}
+	files.child = append(files.child, barrierR, restR, readyW)
 	barrierFd := firstExtraFd(stdio, nil)
 	prog := cinitNamespace(cfg)
+	// The zygote says when its part is done, so that the template's
+	// snapshot, taken right after, holds it done.
+	prog.op(cinitWriteFd, errnoError("tell the agent the zygote is ready"), cnum(barrierFd+2), cstr("1"))
 	prog.op(cinitContinueFd, errnoError("read the rest of the init's operations"), cnum(barrierFd+1))
-	attr, failR, err := files.forInit(prog.buf, stdio, nil, barrierR, restR)
+	attr, failR, err := files.forInit(prog.buf, stdio, nil, barrierR, restR, readyW)
 	if err != nil {
 		return fmt.Errorf("start zygote: %w", err)
 	}
 	attr.Sys.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
 	a.pmu.Lock()
-	defer a.pmu.Unlock()
 	if a.zygote != nil {
+		a.pmu.Unlock()
 		return errors.New("start zygote: one is there already")
 	}
 	proc, err := os.StartProcess(a.opts.InitExe, []string{cinitArg0}, attr)
 	if err != nil {
+		a.pmu.Unlock()
 		return fmt.Errorf("start zygote: %w", err)
 	}
 	p := &process{exited: make(chan struct{}), release: func() {}, ownUTS: true, pid: proc.Pid, osProc: proc, zygote: true}
 	a.byPid[proc.Pid] = p
 	a.zygote = &zygote{proc: p, root: root, shmData: shmData(0), prog: prog,
 		outR: outR, errR: errR, restW: restW, failR: failR, barrier: barrierW, barrierFd: barrierFd}
-	return nil
+	a.pmu.Unlock()
+	// Not under pmu: the reaper needs it if the zygote dies.
+	files.release(false)
+	files.child = nil
+	defer readyR.Close()
+	if n, _ := readyR.Read(make([]byte, 1)); n == 1 {
+		return nil
+	}
+	// It ended: its status says why.
+	msg, _ := io.ReadAll(failR)
+	if zp := a.discardZygote(); zp != nil {
+		<-zp.exited
+	}
+	if len(msg) > 0 {
+		return fmt.Errorf("start zygote: %w", prog.failure(msg))
+	}
+	return errors.New("start zygote: it ended before its namespace was ready")
 }
 
 // takeZygote returns the zygote, as process id, when it is alive and
