@@ -609,12 +609,16 @@ func networkBarrier(w *netWait) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	go func() {
-		defer wr.Close()
-		<-w.done
-		if w.err == nil {
-			_, _ = wr.Write([]byte{1})
-		}
-	}()
+	go signalNetwork(w, wr)
 	return r, nil
+}
+
+// signalNetwork writes one byte to wr once the network setup w has ended
+// well, and closes wr either way.
+func signalNetwork(w *netWait, wr *os.File) {
+	defer wr.Close()
+	<-w.done
+	if w.err == nil {
+		_, _ = wr.Write([]byte{1})
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/husk-vm/husk/shim/proto"
 )
@@ -114,8 +115,18 @@ func (a *Agent) startZygote(root string) (err error) {
 	files.release(false)
 	files.child = nil
 	defer readyR.Close()
-	if n, _ := readyR.Read(make([]byte, 1)); n == 1 {
+	// Its steps take milliseconds; one that hangs must not hold up the
+	// template's build.
+	_ = readyR.SetReadDeadline(time.Now().Add(zygoteReadyTimeout))
+	n, rerr := readyR.Read(make([]byte, 1))
+	if n == 1 {
 		return nil
+	}
+	if errors.Is(rerr, os.ErrDeadlineExceeded) {
+		if zp := a.discardZygote(); zp != nil {
+			<-zp.exited
+		}
+		return fmt.Errorf("start zygote: not ready after %s", zygoteReadyTimeout)
 	}
 	// It ended: its status says why.
 	msg, _ := io.ReadAll(failR)
@@ -127,6 +138,9 @@ func (a *Agent) startZygote(root string) (err error) {
 	}
 	return errors.New("start zygote: it ended before its namespace was ready")
 }
+
+// zygoteReadyTimeout bounds the wait for a zygote's namespace.
+const zygoteReadyTimeout = 10 * time.Second
 
 // takeZygote returns the zygote, as process id, when it is alive and
 // does what cfg's init would do. A zygote that does not fit is killed:
@@ -200,38 +214,28 @@ func (a *Agent) spawnFromZygote(id string, z *zygote, cfg initConfig, cgroup str
 	resolved := resolveInRoot(cfg)
 	limits, drop, err := processLimits(cfg)
 	if err != nil {
-		<-resolved
 		return nil, asAgentError(err)
 	}
 	binds, err := etcBinds(cfg.Root, cfg.EtcDir)
 	if err != nil {
-		<-resolved
 		return nil, asAgentError(err)
 	}
 	if cgroup != "" {
 		// Its own init joins the cgroup by writing to cgroup.procs; the
 		// zygote is moved there.
 		if err := os.WriteFile(filepath.Join(cgroup, "cgroup.procs"), []byte(strconv.Itoa(p.pid)), 0); err != nil {
-			<-resolved
 			return nil, &agentError{proto.KindInternal, fmt.Sprintf("start %s: join the container's cgroup: %v", id, err)}
 		}
 	}
 	prog := z.prog
 	first := len(prog.buf)
 	if err := prog.cinitContainer(cfg, binds, cinitFds{}); err != nil {
-		<-resolved
 		return nil, asAgentError(err)
 	}
 	barrierFd := 0
 	if cfg.Network != nil {
 		barrierFd = z.barrierFd
-		go func(w *netWait, wr *os.File) {
-			defer wr.Close()
-			<-w.done
-			if w.err == nil {
-				_, _ = wr.Write([]byte{1})
-			}
-		}(cfg.Network, z.barrier)
+		go signalNetwork(cfg.Network, z.barrier)
 	} else {
 		z.barrier.Close()
 	}
