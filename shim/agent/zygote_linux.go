@@ -204,7 +204,7 @@ func (a *Agent) spawnFromZygote(id string, z *zygote, cfg initConfig, cgroup str
 	defer func() {
 		if retErr != nil {
 			// Given no rest, or a rest that failed, the zygote
-			// exits; wait so that it is reaped.
+			// exits; wait so that it is reaped, then close its pipes.
 			z.restW.Close()
 			z.barrier.Close()
 			<-p.exited
@@ -253,9 +253,6 @@ func (a *Agent) spawnFromZygote(id string, z *zygote, cfg initConfig, cgroup str
 	msg, err := io.ReadAll(z.failR)
 	z.failR.Close()
 	if err != nil || len(msg) > 0 {
-		<-p.exited
-		z.outR.Close()
-		z.errR.Close()
 		if err != nil {
 			return nil, &agentError{proto.KindInternal, fmt.Sprintf("start %s: read child status: %v", id, err)}
 		}
