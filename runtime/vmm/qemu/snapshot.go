@@ -178,18 +178,67 @@ func (l layout) equal(o layout) bool {
 
 // Snapshot implements vmm.Machine. The VM is paused first if it is not
 // (pausing is idempotent) and stays paused afterwards. The stream is
-// fsynced before Snapshot returns.
+// fsynced before Snapshot returns. A VM whose RAM is not a shared file
+// has it split out of the stream into a memory file of the snapshot's
+// (ramsplit.go), so that either kind restores by mapping a file.
 func (m *Machine) Snapshot(ctx context.Context, dir string) (err error) {
 	if m.layout == nil {
 		return fmt.Errorf("snapshot qemu %d: its layout is unknown (a VM reattached after a daemon restart): %w", m.pid, errdefs.ErrNotImplemented)
 	}
-	b, err := json.Marshal(m.layout)
+	l := *m.layout
+	q, err := m.QMP(ctx)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
+		return fmt.Errorf("pause qemu %d: %w", m.pid, err)
+	}
+	if err := q.Execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": unlimitedBandwidth}, nil); err != nil {
+		return err
+	}
+	start := time.Now()
+	split := false
+	if !l.FileMemory {
+		stats, err := m.snapshotSplit(ctx, q, dir, l)
+		switch {
+		case err == nil:
+			split, l.FileMemory = true, true
+			m.log.Debug("snapshot RAM split into a file", "pages", stats.pages, "zero_pages", stats.zeroPages)
+		case errors.Is(err, errNotSplittable):
+			// The stream is still good whole.
+			m.log.Warn("snapshot RAM stays in the stream", "err", err)
+			for _, name := range []string{stateFile, memoryFile} {
+				if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("snapshot qemu %d: %w", m.pid, err)
+				}
+			}
+		default:
+			return err
+		}
+	}
+	if !split {
+		if err := m.snapshotStream(ctx, q, dir, l.FileMemory); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(l)
 	if err != nil {
 		return fmt.Errorf("encode vm layout: %w", err)
 	}
 	if err := vmmproc.WriteFileAtomic(filepath.Join(dir, layoutFile), b); err != nil {
 		return err
 	}
+	if st, err := os.Stat(filepath.Join(dir, stateFile)); err == nil {
+		m.log.Debug("snapshot written", "bytes", st.Size(), "took", time.Since(start))
+	}
+	return nil
+}
+
+// snapshotStream migrates the paused VM into dir's stream file, leaving
+// its RAM out if it is a shared file (ignoreShared), which then goes with
+// the snapshot.
+func (m *Machine) snapshotStream(ctx context.Context, q *QMP, dir string, ignoreShared bool) (err error) {
 	f, err := os.OpenFile(filepath.Join(dir, stateFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create snapshot file: %w", err)
@@ -199,24 +248,88 @@ func (m *Machine) Snapshot(ctx context.Context, dir string) (err error) {
 			err = fmt.Errorf("close snapshot file: %w", cerr)
 		}
 	}()
-	q, err := m.QMP(ctx)
+	if err := m.migrate(ctx, q, f, ignoreShared); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync snapshot file: %w", err)
+	}
+	if ignoreShared {
+		return m.keepMemory(dir)
+	}
+	return nil
+}
+
+// snapshotSplit migrates the paused VM through a pipe into splitRAM, which
+// writes dir's stream and memory file. A stream splitRAM cannot rewrite
+// fails the migration and is errNotSplittable; the VM is then as it was.
+func (m *Machine) snapshotSplit(ctx context.Context, q *QMP, dir string, l layout) (splitStats, error) {
+	ramSize := int64(l.MemoryMiB) << 20
+	state, err := os.OpenFile(filepath.Join(dir, stateFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return splitStats{}, fmt.Errorf("create snapshot file: %w", err)
 	}
-	defer q.Close()
-	if err := q.Execute(ctx, "stop", nil, nil); err != nil {
-		return fmt.Errorf("pause qemu %d: %w", m.pid, err)
+	defer state.Close()
+	memPath := filepath.Join(dir, memoryFile)
+	if err := createMemoryFile(memPath, l.MemoryMiB); err != nil {
+		return splitStats{}, err
 	}
-	if err := prepareMigration(ctx, q, m.layout.FileMemory); err != nil {
-		return err
+	mem, err := os.OpenFile(memPath, os.O_RDWR, 0)
+	if err != nil {
+		return splitStats{}, fmt.Errorf("open snapshot memory file: %w", err)
 	}
-	if err := q.Execute(ctx, "migrate-set-parameters", map[string]any{"max-bandwidth": unlimitedBandwidth}, nil); err != nil {
+	defer mem.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return splitStats{}, fmt.Errorf("snapshot pipe: %w", err)
+	}
+	type result struct {
+		stats splitStats
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		stats, err := splitRAM(pr, state, mem, defaultRAMID(l.Machine), ramSize)
+		// Closing the read end also fails a migration still writing.
+		pr.Close()
+		done <- result{stats, err}
+	}()
+	migErr := m.migrate(ctx, q, pw, false)
+	// QEMU holds its own copy of the write end; the splitter sees the
+	// stream's end when QEMU closes it after the migration.
+	pw.Close()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		pr.Close()
+		res = <-done
+	}
+	switch {
+	case errors.Is(res.err, errNotSplittable):
+		return res.stats, fmt.Errorf("snapshot qemu %d: %w", m.pid, res.err)
+	case migErr != nil:
+		return res.stats, migErr
+	case res.err != nil:
+		return res.stats, fmt.Errorf("snapshot qemu %d: split RAM: %w", m.pid, res.err)
+	}
+	if err := mem.Sync(); err != nil {
+		return res.stats, fmt.Errorf("sync snapshot memory file: %w", err)
+	}
+	if err := state.Sync(); err != nil {
+		return res.stats, fmt.Errorf("sync snapshot file: %w", err)
+	}
+	return res.stats, state.Close()
+}
+
+// migrate runs a migration of the paused VM into f and waits for it.
+func (m *Machine) migrate(ctx context.Context, q *QMP, f *os.File, ignoreShared bool) error {
+	if err := prepareMigration(ctx, q, ignoreShared); err != nil {
 		return err
 	}
 	if err := q.ExecuteWithFile(ctx, "getfd", map[string]string{"fdname": snapshotFD}, nil, f); err != nil {
 		return fmt.Errorf("pass snapshot file to qemu %d: %w", m.pid, err)
 	}
-	start := time.Now()
 	if err := q.Execute(ctx, "migrate", map[string]string{"uri": "fd:" + snapshotFD}, nil); err != nil {
 		_ = q.Execute(context.WithoutCancel(ctx), "closefd", map[string]string{"fdname": snapshotFD}, nil)
 		return fmt.Errorf("snapshot qemu %d: %w", m.pid, err)
@@ -226,17 +339,6 @@ func (m *Machine) Snapshot(ctx context.Context, dir string) (err error) {
 		// the caller is about to remove.
 		_ = q.Execute(context.WithoutCancel(ctx), "migrate_cancel", nil, nil)
 		return fmt.Errorf("snapshot qemu %d: %w", m.pid, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync snapshot file: %w", err)
-	}
-	if m.layout.FileMemory {
-		if err := m.keepMemory(dir); err != nil {
-			return err
-		}
-	}
-	if st, err := f.Stat(); err == nil {
-		m.log.Debug("snapshot written", "bytes", st.Size(), "took", time.Since(start))
 	}
 	return nil
 }

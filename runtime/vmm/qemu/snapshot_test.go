@@ -139,6 +139,7 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	t.Logf("snapshot of a %d MiB guest: %d bytes in %v", src.MemoryMiB, st.Size(), took)
 	held.Close()
+	assertSplit(t, snap)
 	if l := readLayout(t, snap); l.CPU != cpuTCG || l.Firmware != drv.bootFirmware(ctx) {
 		t.Errorf("snapshot layout CPU %q, firmware %q; want %q, %q", l.CPU, l.Firmware, cpuTCG, drv.bootFirmware(ctx))
 	}
@@ -305,8 +306,8 @@ func assertNoVMFiles(t *testing.T, dir string) {
 // stream leaves the RAM out and the file goes with the snapshot; the VM
 // cannot run again; two concurrent restores each count on from the
 // snapshot on their own, so each maps the file privately, and the file
-// is unchanged by them; and a restore's own snapshot carries its RAM and
-// restores into an ordinary VM.
+// is unchanged by them; and a restore's own snapshot splits its RAM into
+// a file of its own, runs on, and restores into an ordinary VM.
 func TestFileMemorySnapshot(t *testing.T) {
 	env := needBoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -355,13 +356,21 @@ func TestFileMemorySnapshot(t *testing.T) {
 		t.Fatal("the restores wrote to the snapshot's memory file")
 	}
 
-	// A restore is not FileMemory: its snapshot carries its RAM.
+	// A restore is not FileMemory: its RAM is split out of its snapshot's
+	// stream into a file of the snapshot's own, and it runs on.
 	snap2 := t.TempDir()
 	if err := machines[0].Snapshot(ctx, snap2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(snap2, memoryFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a restore's snapshot has a memory file: %v", err)
+	assertSplit(t, snap2)
+	if after := fileDigest(t, filepath.Join(snap, memoryFile)); after != before {
+		t.Fatal("a restore's snapshot wrote to the snapshot's memory file it maps")
+	}
+	if err := machines[0].Resume(ctx); err != nil {
+		t.Fatalf("resume after a split snapshot: %v", err)
+	}
+	if r := say(t, ctx, machines[0], "incr"); r != "count 5" {
+		t.Fatalf("restore a after its snapshot: %q, want count 5", r)
 	}
 	again, err := drv.Restore(ctx, vmConfig(t, env, "filemem-again"), snap2)
 	if err != nil {
@@ -407,6 +416,29 @@ func TestFileMemorySnapshot(t *testing.T) {
 	}
 }
 
+// assertSplit fails unless the snapshot in dir, of a VM whose RAM was not
+// a shared file, has its RAM in a memory file and not in its stream.
+func assertSplit(t *testing.T, dir string) {
+	t.Helper()
+	if l := readLayout(t, dir); !l.FileMemory {
+		t.Errorf("snapshot layout %+v: RAM not in a file", l)
+	}
+	state, err := os.Stat(filepath.Join(dir, stateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := os.Stat(filepath.Join(dir, memoryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Size() > 8<<20 || mem.Size() != 256<<20 {
+		t.Errorf("snapshot stream %d bytes, memory file %d bytes; want the RAM in the file", state.Size(), mem.Size())
+	}
+	if st, ok := mem.Sys().(*syscall.Stat_t); ok && st.Blocks*512 >= mem.Size() {
+		t.Errorf("memory file holds %d bytes of %d: zero pages were written", st.Blocks*512, mem.Size())
+	}
+}
+
 func fileDigest(t *testing.T, path string) string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -419,4 +451,44 @@ func fileDigest(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestSnapshotSplitFallsBack takes a snapshot whose stream splitRAM cannot
+// rewrite (compressed pages): the failed migration is run again whole,
+// the RAM stays in the stream, and the VM runs on.
+func TestSnapshotSplitFallsBack(t *testing.T) {
+	env := needBoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	drv := New(Options{Binary: env.qemu})
+	m := startCounting(t, ctx, drv, vmConfig(t, env, "split-fallback"))
+	q, err := m.(*Machine).QMP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := []map[string]any{{"capability": "compress", "state": true}}
+	err = q.Execute(ctx, "migrate-set-capabilities", map[string]any{"capabilities": caps}, nil)
+	q.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := t.TempDir()
+	if err := m.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if l := readLayout(t, snap); l.FileMemory {
+		t.Errorf("layout %+v: RAM in a file", l)
+	}
+	if _, err := os.Stat(filepath.Join(snap, memoryFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a snapshot left whole has a memory file: %v", err)
+	}
+	if st, err := os.Stat(filepath.Join(snap, stateFile)); err != nil || st.Size() < 1<<20 {
+		t.Errorf("stream: %v, want one holding the RAM", err)
+	}
+	if err := m.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := say(t, ctx, m, "incr"); r != "count 3" {
+		t.Errorf("after the snapshot: %q, want count 3", r)
+	}
 }
