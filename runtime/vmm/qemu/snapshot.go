@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
@@ -49,6 +50,8 @@ const (
 	// unlimitedBandwidth is QEMU's max-bandwidth in bytes/s: far above
 	// any disk, well below QEMU's own upper bound.
 	unlimitedBandwidth = 1 << 40
+	// splitPipeSize is the pipe a split snapshot's stream goes through.
+	splitPipeSize = 1 << 20
 )
 
 // layout is what must be equal between a snapshotted VM and its restore:
@@ -283,6 +286,9 @@ func (m *Machine) snapshotSplit(ctx context.Context, q *QMP, dir string, l layou
 	if err != nil {
 		return splitStats{}, fmt.Errorf("snapshot pipe: %w", err)
 	}
+	// A pipe holds 64 KiB by default, and QEMU and the splitter would
+	// take turns at that size. Larger is best effort (fs.pipe-max-size).
+	_, _ = unix.FcntlInt(pw.Fd(), unix.F_SETPIPE_SZ, splitPipeSize)
 	type result struct {
 		stats splitStats
 		err   error
