@@ -27,6 +27,9 @@
 // protocol is a few JSON lines: a greeting, qmp_capabilities, commands
 // tagged with an id, and asynchronous events. So this package carries a
 // small client (QMP), which also serves stop/cont/migrate for snapshots.
+// Nor does any library read QEMU's migration stream, whose RAM sections
+// snapshots rewrite to take the guest's RAM out into a file: ramsplit.go
+// reads that much of the format and no more.
 //
 // Why a PC, although microvm boots faster: measured on the project's 2-core
 // TCG machine with the Debian 6.1 cloud kernel and a small Go init (boot to
