@@ -191,6 +191,14 @@ func TestCheckpointRestore(t *testing.T) {
 	if !fileExists(filepath.Join(dir, "outside", "manifest.json")) {
 		t.Errorf("no manifest in %s/outside", dir)
 	}
+	// The guest's RAM is a file of the checkpoint's, which restores map,
+	// not a part of the VMM's stream, which they would load page by page.
+	if _, err := os.Stat(filepath.Join(dir, "outside", "vm", "memory")); err != nil {
+		t.Errorf("checkpoint's guest memory file: %v", err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "outside", "vm", "vmstate")); err != nil || st.Size() > 8<<20 {
+		t.Errorf("checkpoint's VMM stream: %v, want one of device state only, not the guest's RAM", err)
+	}
 	if got := mustDocker(t, "checkpoint", "ls", "--checkpoint-dir", dir, name); got != "CHECKPOINT NAME\noutside\n" {
 		t.Errorf("checkpoint ls --checkpoint-dir = %q", got)
 	}
