@@ -52,6 +52,9 @@ const (
 	unlimitedBandwidth = 1 << 40
 	// splitPipeSize is the pipe a split snapshot's stream goes through.
 	splitPipeSize = 1 << 20
+	// splitTailTimeout bounds the wait for a split snapshot's stream to
+	// end once QEMU reports the migration done.
+	splitTailTimeout = 10 * time.Second
 )
 
 // layout is what must be equal between a snapshotted VM and its restore:
@@ -304,12 +307,21 @@ func (m *Machine) snapshotSplit(ctx context.Context, q *QMP, dir string, l layou
 	// QEMU holds its own copy of the write end; the splitter sees the
 	// stream's end when QEMU closes it after the migration.
 	pw.Close()
+	// QEMU closes its end once the migration is over, and the splitter
+	// then has at most what the pipe held left to read: a splitter still
+	// waiting well after that would wait for ever.
+	tail := time.NewTimer(splitTailTimeout)
+	defer tail.Stop()
 	var res result
 	select {
 	case res = <-done:
 	case <-ctx.Done():
 		pr.Close()
 		res = <-done
+	case <-tail.C:
+		pr.Close()
+		res = <-done
+		res.err = fmt.Errorf("the stream did not end %v after the migration: %w", splitTailTimeout, res.err)
 	}
 	switch {
 	case errors.Is(res.err, errNotSplittable):
