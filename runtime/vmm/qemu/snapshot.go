@@ -320,8 +320,9 @@ func (m *Machine) snapshotSplit(ctx context.Context, q *QMP, dir string, l layou
 		res = <-done
 	case <-tail.C:
 		pr.Close()
-		res = <-done
-		res.err = fmt.Errorf("the stream did not end %v after the migration: %w", splitTailTimeout, res.err)
+		if res = <-done; res.err != nil {
+			res.err = fmt.Errorf("the stream did not end %v after the migration: %w", splitTailTimeout, res.err)
+		}
 	}
 	switch {
 	case errors.Is(res.err, errNotSplittable):
