@@ -74,10 +74,12 @@ type layout struct {
 	// Q35, 0 on microvm): snapshots made before devices had fixed
 	// slots do not fit a VM that has them.
 	Slots int `json:"slots,omitempty"`
-	// FileMemory: the VM's RAM is the shared file memoryFile
+	// FileMemory, of a running VM: its RAM is the shared file memoryFile
 	// (vmm.Config.FileMemory), so its snapshots carry that file and no
-	// RAM in their stream. It is not compared by equal: a restore of such
-	// a snapshot maps the file privately and is not FileMemory itself.
+	// RAM in their stream. Of a snapshot: its RAM is memoryFile, whether
+	// the VM's own or split out of its stream (ramsplit.go). It is not
+	// compared by equal: a restore of such a snapshot maps the file
+	// privately and is not FileMemory itself.
 	FileMemory bool `json:"fileMemory,omitempty"`
 	// CPU is the -cpu model the guest booted on, which its restores get
 	// whatever the driver's current model: the guest's kernel chose its
