@@ -535,11 +535,26 @@ func benchConcurrent(t *testing.T, b *benchResults, img string, runs int) {
 	})
 }
 
-// benchFork times `husk fork SRC --checkpoint cp -n 4`: four containers
-// restored at once from one checkpoint.
+// benchFork times `docker checkpoint create --leave-running`, as an
+// agent's sandbox takes one before each step it may want to undo, and
+// `husk fork SRC --checkpoint cp -n 4`: four containers restored at once
+// from one checkpoint.
 func benchFork(t *testing.T, b *benchResults, img string, runs int) {
 	src := containerName(t, "-forksrc")
 	mustDocker(t, "run", "-d", "--name", src, img, "sh", "-c", "i=0; while :; do i=$((i+1)); sleep 1; done")
+	step := 0
+	create := func() error {
+		step++
+		if r := docker(t, "checkpoint", "create", "--leave-running", src, fmt.Sprintf("step%d", step)); r.Code != 0 {
+			return fmt.Errorf("checkpoint create: %+v", r)
+		}
+		return nil
+	}
+	remove := func() error {
+		docker(t, "checkpoint", "rm", src, fmt.Sprintf("step%d", step))
+		return nil
+	}
+	b.alternateTimed(t, runs, []timedScenario{{benchScenario{"checkpoint_create", "docker checkpoint create --leave-running", create}, remove}})
 	mustDocker(t, "checkpoint", "create", src, "bench")
 	husk := huskCLI(t)
 	var forks []string
