@@ -206,29 +206,23 @@ func (m *Machine) Snapshot(ctx context.Context, dir string) (err error) {
 		return err
 	}
 	start := time.Now()
-	split := false
-	if !l.FileMemory {
-		stats, err := m.snapshotSplit(ctx, q, dir, l)
+	if l.FileMemory {
+		err = m.snapshotStream(ctx, q, dir, true)
+	} else {
+		var stats splitStats
+		stats, err = m.snapshotSplit(ctx, q, dir, l)
 		switch {
 		case err == nil:
-			split, l.FileMemory = true, true
+			l.FileMemory = true
 			m.log.Debug("snapshot RAM split into a file", "pages", stats.pages, "zero_pages", stats.zeroPages)
 		case errors.Is(err, errNotSplittable):
 			// The stream is still good whole.
 			m.log.Warn("snapshot RAM stays in the stream", "err", err)
-			for _, name := range []string{stateFile, memoryFile} {
-				if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return fmt.Errorf("snapshot qemu %d: %w", m.pid, err)
-				}
-			}
-		default:
-			return err
+			err = m.snapshotStream(ctx, q, dir, false)
 		}
 	}
-	if !split {
-		if err := m.snapshotStream(ctx, q, dir, l.FileMemory); err != nil {
-			return err
-		}
+	if err != nil {
+		return err
 	}
 	b, err := json.Marshal(l)
 	if err != nil {
@@ -270,15 +264,25 @@ func (m *Machine) snapshotStream(ctx context.Context, q *QMP, dir string, ignore
 
 // snapshotSplit migrates the paused VM through a pipe into splitRAM, which
 // writes dir's stream and memory file. A stream splitRAM cannot rewrite
-// fails the migration and is errNotSplittable; the VM is then as it was.
-func (m *Machine) snapshotSplit(ctx context.Context, q *QMP, dir string, l layout) (splitStats, error) {
+// fails the migration and is errNotSplittable; the VM and dir are then as
+// they were.
+func (m *Machine) snapshotSplit(ctx context.Context, q *QMP, dir string, l layout) (_ splitStats, err error) {
 	ramSize := int64(l.MemoryMiB) << 20
-	state, err := os.OpenFile(filepath.Join(dir, stateFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	statePath, memPath := filepath.Join(dir, stateFile), filepath.Join(dir, memoryFile)
+	state, err := os.OpenFile(statePath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return splitStats{}, fmt.Errorf("create snapshot file: %w", err)
 	}
 	defer state.Close()
-	memPath := filepath.Join(dir, memoryFile)
+	defer func() {
+		if errors.Is(err, errNotSplittable) {
+			for _, p := range []string{statePath, memPath} {
+				if rerr := os.Remove(p); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+					err = fmt.Errorf("snapshot qemu %d: %w", m.pid, rerr)
+				}
+			}
+		}
+	}()
 	if err := createMemoryFile(memPath, l.MemoryMiB); err != nil {
 		return splitStats{}, err
 	}
