@@ -325,17 +325,7 @@ func TestFileMemorySnapshot(t *testing.T) {
 	if err := m.Snapshot(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
-	state, err := os.Stat(filepath.Join(snap, stateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := os.Stat(filepath.Join(snap, memoryFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mem.Size() != 256<<20 || state.Size() > 8<<20 {
-		t.Fatalf("snapshot: stream %d bytes, memory file %d bytes; want the RAM in the file only", state.Size(), mem.Size())
-	}
+	assertRAMInFile(t, snap)
 	if err := m.Resume(ctx); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("resume after the snapshot took its memory: %v, want a conflict", err)
 	}
@@ -416,9 +406,9 @@ func TestFileMemorySnapshot(t *testing.T) {
 	}
 }
 
-// assertSplit fails unless the snapshot in dir, of a VM whose RAM was not
-// a shared file, has its RAM in a memory file and not in its stream.
-func assertSplit(t *testing.T, dir string) {
+// assertRAMInFile fails unless the snapshot in dir has its RAM in a
+// memory file of a 256 MiB guest, and not in its stream.
+func assertRAMInFile(t *testing.T, dir string) os.FileInfo {
 	t.Helper()
 	if l := readLayout(t, dir); !l.FileMemory {
 		t.Errorf("snapshot layout %+v: RAM not in a file", l)
@@ -432,8 +422,17 @@ func assertSplit(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	if state.Size() > 8<<20 || mem.Size() != 256<<20 {
-		t.Errorf("snapshot stream %d bytes, memory file %d bytes; want the RAM in the file", state.Size(), mem.Size())
+		t.Fatalf("snapshot stream %d bytes, memory file %d bytes; want the RAM in the file only", state.Size(), mem.Size())
 	}
+	return mem
+}
+
+// assertSplit is assertRAMInFile for the snapshot of a VM whose RAM was
+// not a shared file, whose memory file the split wrote without its zero
+// pages.
+func assertSplit(t *testing.T, dir string) {
+	t.Helper()
+	mem := assertRAMInFile(t, dir)
 	if st, ok := mem.Sys().(*syscall.Stat_t); ok && st.Blocks*512 >= mem.Size() {
 		t.Errorf("memory file holds %d bytes of %d: zero pages were written", st.Blocks*512, mem.Size())
 	}
