@@ -16,7 +16,7 @@ MUSL_CC  ?= musl-gcc
 TEST_PKGS := $(RUN_PKGS) docker-registry busybox-static python3-docker docker.io
 HUSKD_FLAGS ?=
 
-.PHONY: all build deps-run deps-test run test unit e2e bench kernel lint clean
+.PHONY: all build deps-run deps-test run test unit e2e bench kernel qemu lint clean
 
 all: build
 
@@ -84,10 +84,12 @@ BENCH_PKGS := $(TEST_PKGS) debootstrap
 BENCH_RUNS ?= 7
 # The minimal kernel `make kernel` built, if any, is compared with Debian's.
 BENCH_KERNEL ?= $(lastword $(sort $(filter-out %.monolithic %.tmp,$(wildcard $(KERNEL_DIR)/bzImage-*))))
+# So is the QEMU `make qemu` built from the installed qemu package's source.
+BENCH_QEMU ?= $(wildcard $(QEMU_DIR)/$(shell dpkg-query -W -f='$${source:Version}' qemu-system-x86 2>/dev/null | tr -c 'A-Za-z0-9.+~-' _)/bin/qemu-system-x86_64)
 bench: build
 	$(call apt_install,$(BENCH_PKGS))
 	HUSK_E2E=1 HUSK_E2E_BENCH=1 HUSK_BENCH_RUNS=$(BENCH_RUNS) HUSK_BENCH_OUT=$(CURDIR)/bench HUSK_BIN_DIR=$(CURDIR)/$(BIN) \
-		HUSK_BENCH_KERNEL=$(BENCH_KERNEL) \
+		HUSK_BENCH_KERNEL=$(BENCH_KERNEL) HUSK_BENCH_QEMU=$(BENCH_QEMU) \
 		$(GO) test -count=1 -v -timeout 90m -run '^TestBench$$' ./e2e/ > $(BIN)/bench.log 2>&1; \
 		status=$$?; grep -E 'bench:|^(ok|FAIL|---)' $(BIN)/bench.log; \
 		[ $$status -eq 0 ] || echo "make bench failed: see $(BIN)/bench.log"; exit $$status
@@ -101,6 +103,17 @@ KERNEL_PKGS := linux-source build-essential bc bison flex libelf-dev libssl-dev 
 kernel:
 	$(call apt_install,$(KERNEL_PKGS))
 	./kernel/build.sh $(KERNEL_DIR)
+
+# qemu builds a QEMU with only the devices and features husk's VMs use
+# (runtime/vmm/qemu/minimal) from the source of the installed Debian qemu
+# package into QEMU_DIR; pass the binary it prints to huskd --qemu, or to
+# make bench as BENCH_QEMU.
+QEMU_DIR ?= /var/cache/husk/qemu
+QEMU_PKGS := qemu-system-x86 build-essential dpkg-dev ninja-build meson pkg-config python3 \
+	libglib2.0-dev libpixman-1-dev libseccomp-dev libfdt-dev zlib1g-dev
+qemu:
+	$(call apt_install,$(QEMU_PKGS))
+	./runtime/vmm/qemu/minimal/build.sh $(QEMU_DIR)
 
 clean:
 	rm -rf $(BIN)

@@ -33,6 +33,9 @@ const (
 	// benchMinKernelEnv names a minimal guest kernel (make kernel) whose
 	// boot is compared with the distribution's.
 	benchMinKernelEnv = "HUSK_BENCH_KERNEL"
+	// benchMinQEMUEnv names a QEMU built by `make qemu`, whose starts and
+	// memory are compared with Debian's.
+	benchMinQEMUEnv = "HUSK_BENCH_QEMU"
 )
 
 // TestBench is `make bench`: side-by-side measurements of husk against
@@ -76,6 +79,7 @@ func TestBench(t *testing.T) {
 	benchRun(t, b, binDir, img, ref, runs)
 	benchPool(t, b, img, ref, runs)
 	benchMinimalKernelTemplate(t, b, img, ref, runs)
+	benchMinimalQEMU(t, b, binDir, img, ref, runs)
 	benchFirstExec(t, b, img, runs)
 	benchMemory(t, b, img)
 	benchConcurrent(t, b, img, max(runs/2, 2))
@@ -239,6 +243,71 @@ func benchMinimalKernelTemplate(t *testing.T, b *benchResults, img string, ref *
 	b.ratio("run_template_minimal_kernel_over_runc", "run_template_minimal_kernel", "run_runc")
 }
 
+// benchMinimalQEMU measures a start from the image's template, a cold
+// start and its floor (a raw boot with the same binary), and a
+// template-started sandbox's memory, with the QEMU `make qemu` builds in
+// place of Debian's; the starts alternate with dockerd + runc. The daemon
+// is restarted with --qemu for this and without it afterwards. Both
+// binaries are the same QEMU version with the same devices, so the
+// daemon keeps its templates, and the new binary restores them.
+func benchMinimalQEMU(t *testing.T, b *benchResults, binDir, img string, ref *referenceDockerd, runs int) {
+	p := os.Getenv(benchMinQEMUEnv)
+	if p == "" {
+		b.notes = append(b.notes, "no minimal QEMU compared: build one with `make qemu` and set "+benchMinQEMUEnv)
+		return
+	}
+	want, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatalf("%s=%s: %v", benchMinQEMUEnv, p, err)
+	}
+	ctx := context.Background()
+	drv := qemu.New(qemu.Options{Binary: p, KernelCache: t.TempDir()})
+	version, err := drv.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.machine["qemu_minimal"] = version
+	k, err := kernel.Find("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initramfs, err := kernel.BuildInitramfs(ctx, k, filepath.Join(binDir, "husk-agent"), filepath.Join(binDir, "husk-init"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	guest := containers.Guest{Driver: drv, Kernel: k.Path, Initramfs: initramfs, MemoryMiB: 256, CPUs: containers.DefaultCPUs()}
+
+	if err := control.do("restart-with --qemu " + p); err != nil {
+		t.Fatalf("restart huskd with --qemu %s: %v", p, err)
+	}
+	defer func() {
+		if err := control.do("restart-with"); err != nil {
+			t.Fatalf("restart huskd with Debian's QEMU: %v", err)
+		}
+	}()
+	// The memory row also proves the daemon runs the binary.
+	if exe := benchSandboxMemory(t, b, img, "template_minimal_qemu"); exe != want {
+		t.Fatalf("a sandbox's VMM is %s; want %s", exe, want)
+	}
+	scs := []benchScenario{
+		{"vmm_floor_minimal_qemu", "raw QEMU boot to agent-ready (floor), minimal QEMU", func() error {
+			bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			return guest.BootToReady(bctx, "tcg")
+		}},
+		{"run_cold_minimal_qemu", "docker run --rm true, cold boot, minimal QEMU (huskd --qemu)", benchDockerRun(suite.DockerHost, "--label", containers.BootLabel+"=cold", img, "true")},
+		{"run_template_minimal_qemu", "docker run --rm true, from template, minimal QEMU (huskd --qemu)", benchDockerRun(suite.DockerHost, img, "true")},
+	}
+	if ref != nil {
+		scs = append(scs, benchScenario{"run_runc", "docker run --rm true (dockerd + runc)", benchDockerRun(ref.host, img, "true")})
+	}
+	b.alternate(t, runs, scs...)
+	// As for the minimal kernel, no ratio to the rows of Debian's QEMU,
+	// which are of an earlier phase.
+	b.ratio("run_cold_minimal_qemu_over_vmm_floor_minimal_qemu", "run_cold_minimal_qemu", "vmm_floor_minimal_qemu")
+	b.ratio("run_template_minimal_qemu_over_runc", "run_template_minimal_qemu", "run_runc")
+}
+
 // firstExecLoop prints a line every 20 ms: its first output after a start
 // is the first successful command in the guest.
 var firstExecLoop = []string{"sh", "-c", "while :; do echo tick; usleep 20000; done"}
@@ -382,28 +451,39 @@ func benchMemory(t *testing.T, b *benchResults, img string) {
 		{"template", nil},
 		{"cold", []string{"--label", containers.BootLabel + "=cold"}},
 	} {
-		name := containerName(t, "-mem-"+c.key)
-		args := append([]string{"run", "-d", "--name", name}, c.labels...)
-		mustDocker(t, append(args, img, "sleep", "600")...)
-		// Let the guest settle after start-up.
-		time.Sleep(2 * time.Second)
-		pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := vmmMemory(pid, 256<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
-		if m.TranslatedBlocks, m.TranslationFlushes, err = translatedBlocks(context.Background(), suite.DaemonRoot, id); err != nil {
-			b.notes = append(b.notes, fmt.Sprintf("no translated-block count for the %s sandbox: %v", c.key, err))
-		}
-		b.memory[c.key] = m
-		t.Logf("bench: sandbox memory (%s): QEMU RSS %.1f MiB, guest RAM resident %.1f MiB, overhead %.1f MiB (PSS-based %.1f MiB) = TCG buffer %.1f + binary and libraries %.1f + private %.1f; %d blocks translated",
-			c.key, m.RSSMiB, m.GuestMiB, m.OverheadMiB, m.OverheadPSSMiB, m.TCGBufferMiB, m.FileMiB, m.PrivateMiB, m.TranslatedBlocks)
-		mustDocker(t, "rm", "-f", name)
+		benchSandboxMemory(t, b, img, c.key, c.labels...)
 	}
+}
+
+// benchSandboxMemory records as key the host memory of a sandbox started
+// with `docker run -d ARGS IMG sleep 600`, 2 s after its start. It
+// returns the VMM's binary.
+func benchSandboxMemory(t *testing.T, b *benchResults, img, key string, args ...string) string {
+	name := containerName(t, "-mem-"+key)
+	mustDocker(t, append(append([]string{"run", "-d", "--name", name}, args...), img, "sleep", "600")...)
+	defer mustDocker(t, "rm", "-f", name)
+	// Let the guest settle after start-up.
+	time.Sleep(2 * time.Second)
+	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := vmmMemory(pid, 256<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
+	if m.TranslatedBlocks, m.TranslationFlushes, err = translatedBlocks(context.Background(), suite.DaemonRoot, id); err != nil {
+		b.notes = append(b.notes, fmt.Sprintf("no translated-block count for the %s sandbox: %v", key, err))
+	}
+	b.memory[key] = m
+	t.Logf("bench: sandbox memory (%s, %s): QEMU RSS %.1f MiB, guest RAM resident %.1f MiB, overhead %.1f MiB (PSS-based %.1f MiB) = TCG buffer %.1f + binary and libraries %.1f + private %.1f; %d blocks translated",
+		key, exe, m.RSSMiB, m.GuestMiB, m.OverheadMiB, m.OverheadPSSMiB, m.TCGBufferMiB, m.FileMiB, m.PrivateMiB, m.TranslatedBlocks)
+	return exe
 }
 
 // memoryFigures is one sandbox's host memory, in MiB. The overhead is

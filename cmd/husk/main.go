@@ -33,9 +33,10 @@ func main() {
 				&cli.StringFlag{Name: "kernel", Usage: "guest kernel to check (default: the newest /boot/vmlinuz-*)"},
 				&cli.StringFlag{Name: "root", Value: "/var/lib/husk", Usage: "huskd's root, for its cached accelerator verdict"},
 				&cli.StringFlag{Name: "vmm", Value: vmmselect.Auto, Usage: "the --vmm huskd is given: auto, qemu or cloud-hypervisor"},
+				&cli.StringFlag{Name: "qemu", Usage: "the --qemu huskd is given (default: qemu-system-x86_64 in PATH)"},
 			},
 			Action: func(c *cli.Context) error {
-				return doctor(c.Context, os.Stdout, c.String("kernel"), c.String("root"), c.String("vmm"))
+				return doctor(c.Context, os.Stdout, c.String("kernel"), c.String("root"), c.String("vmm"), c.String("qemu"))
 			},
 		}, forkCommand()},
 	}
@@ -45,7 +46,7 @@ func main() {
 	}
 }
 
-func doctor(ctx context.Context, w io.Writer, kernelPath, root, vmmName string) error {
+func doctor(ctx context.Context, w io.Writer, kernelPath, root, vmmName, qemuPath string) error {
 	problems := 0
 	report := func(ok bool, what, detail string) {
 		mark := "ok  "
@@ -64,7 +65,7 @@ func doctor(ctx context.Context, w io.Writer, kernelPath, root, vmmName string) 
 	report(true, "accel", verdict.reason)
 	reportVMM(w, report, vmmName, vmmselect.Host{
 		CH:    vmmselect.FindCH(os.Getenv, exec.LookPath),
-		QEMU:  vmmselect.FindQEMU(exec.LookPath),
+		QEMU:  vmmselect.FindQEMU(qemuPath, exec.LookPath),
 		Accel: verdict.accel, AccelReason: verdict.reason,
 	})
 	for _, tool := range []string{"mkfs.ext4"} {

@@ -26,11 +26,13 @@ type Config struct {
 	VMM                string   `json:"vmm"`
 	Accel              string   `json:"accel"`
 	Kernel             string   `json:"kernel"`
-	Agent              string   `json:"agent"`
-	MemoryMiB          int      `json:"memory"`
-	CPUs               int      `json:"cpus"`
-	UpperSize          int64    `json:"upper-size"`
-	Debug              bool     `json:"debug"`
+	// QEMU is the qemu-system-x86_64 to run; "" is the one in PATH.
+	QEMU      string `json:"qemu"`
+	Agent     string `json:"agent"`
+	MemoryMiB int    `json:"memory"`
+	CPUs      int    `json:"cpus"`
+	UpperSize int64  `json:"upper-size"`
+	Debug     bool   `json:"debug"`
 	// BridgeIP is the default bridge's gateway address and prefix length,
 	// dockerd's --bip.
 	BridgeIP string `json:"bip"`
@@ -65,6 +67,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "vmm", Value: d.VMM, Usage: "auto, qemu or cloud-hypervisor"},
 		&cli.StringFlag{Name: "accel", Value: d.Accel, Usage: "auto, kvm or tcg; auto uses KVM only where it boots faster than TCG"},
 		&cli.StringFlag{Name: "kernel", Usage: "guest kernel (default: the newest /boot/vmlinuz-*)"},
+		&cli.StringFlag{Name: "qemu", Usage: "qemu-system-x86_64 binary, e.g. the one `make qemu` builds (default: the one in PATH)"},
 		&cli.StringFlag{Name: "agent", Usage: "static husk-agent binary (default: beside huskd)"},
 		&cli.IntFlag{Name: "memory", Value: d.MemoryMiB, Usage: "default guest memory in MiB"},
 		&cli.IntFlag{Name: "cpus", Value: d.CPUs, Usage: "default guest vCPUs; unset, the host's CPU count up to 2"},
@@ -103,6 +106,7 @@ func loadConfig(c *cli.Context) (Config, error) {
 	set("vmm", func() { cfg.VMM = c.String("vmm") })
 	set("accel", func() { cfg.Accel = c.String("accel") })
 	set("kernel", func() { cfg.Kernel = c.String("kernel") })
+	set("qemu", func() { cfg.QEMU = c.String("qemu") })
 	set("agent", func() { cfg.Agent = c.String("agent") })
 	set("memory", func() { cfg.MemoryMiB = c.Int("memory") })
 	set("cpus", func() { cfg.CPUs = c.Int("cpus") })

@@ -50,7 +50,7 @@ func TestConfigFileAndFlags(t *testing.T) {
 	err := os.WriteFile(file, []byte(`{
 		"root": "/srv/husk", "hosts": ["unix:///a.sock", "unix:///b.sock"],
 		"insecure-registries": ["reg:5000"], "vmm": "qemu", "accel": "tcg",
-		"kernel": "/boot/k", "memory": 512, "debug": true
+		"kernel": "/boot/k", "qemu": "/opt/q/bin/qemu-system-x86_64", "memory": 512, "debug": true
 	}`), 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -61,16 +61,17 @@ func TestConfigFileAndFlags(t *testing.T) {
 	}
 	if cfg.Root != "/srv/husk" || !slices.Equal(cfg.Hosts, []string{"unix:///a.sock", "unix:///b.sock"}) ||
 		!slices.Equal(cfg.InsecureRegistries, []string{"reg:5000"}) || cfg.VMM != "qemu" || cfg.Accel != "tcg" ||
-		cfg.Kernel != "/boot/k" || cfg.MemoryMiB != 512 || !cfg.Debug {
+		cfg.Kernel != "/boot/k" || cfg.QEMU != "/opt/q/bin/qemu-system-x86_64" || cfg.MemoryMiB != 512 || !cfg.Debug {
 		t.Errorf("from file: %+v", cfg)
 	}
 	// Flags the user sets win over the file; the others keep its values.
-	cfg, err = load(t, "--config-file", file, "--root", "/tmp/r", "--host", "unix:///c.sock", "--insecure-registry", "x:1", "--insecure-registry", "y:2", "--accel", "auto")
+	cfg, err = load(t, "--config-file", file, "--root", "/tmp/r", "--host", "unix:///c.sock", "--insecure-registry", "x:1", "--insecure-registry", "y:2", "--accel", "auto", "--qemu", "/usr/bin/qemu-system-x86_64")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Root != "/tmp/r" || !slices.Equal(cfg.Hosts, []string{"unix:///c.sock"}) ||
-		!slices.Equal(cfg.InsecureRegistries, []string{"x:1", "y:2"}) || cfg.Accel != "auto" || cfg.VMM != "qemu" || cfg.MemoryMiB != 512 {
+		!slices.Equal(cfg.InsecureRegistries, []string{"x:1", "y:2"}) || cfg.Accel != "auto" || cfg.VMM != "qemu" || cfg.MemoryMiB != 512 ||
+		cfg.QEMU != "/usr/bin/qemu-system-x86_64" {
 		t.Errorf("flags over file: %+v", cfg)
 	}
 }

@@ -74,11 +74,11 @@ func run(parent context.Context, cfg Config) error {
 		return err
 	}
 	defer lock.Close()
-	host := vmmHost()
+	host := vmmHost(cfg.QEMU)
 	if err := checkVMM(cfg.VMM, host); err != nil {
 		return err
 	}
-	qemuDriver := newQEMU(logger, filepath.Join(cfg.Root, "kernel"))
+	qemuDriver := newQEMU(logger, host.QEMU.Path, filepath.Join(cfg.Root, "kernel"))
 	k, err := kernel.Find(cfg.Kernel)
 	if err != nil {
 		return fmt.Errorf("guest kernel: %w", err)

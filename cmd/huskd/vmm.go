@@ -13,11 +13,12 @@ import (
 	"github.com/husk-vm/husk/runtime/vmm/vmmselect"
 )
 
-// vmmHost finds the VMM binaries --vmm chooses between.
-func vmmHost() vmmselect.Host {
+// vmmHost finds the VMM binaries --vmm chooses between; qemuPath is
+// --qemu.
+func vmmHost(qemuPath string) vmmselect.Host {
 	return vmmselect.Host{
 		CH:   vmmselect.FindCH(os.Getenv, exec.LookPath),
-		QEMU: vmmselect.FindQEMU(exec.LookPath),
+		QEMU: vmmselect.FindQEMU(qemuPath, exec.LookPath),
 	}
 }
 
@@ -57,8 +58,9 @@ func pickVMM(name string, host vmmselect.Host, choice accel.Choice, qemuDriver v
 	return ch, d, nil
 }
 
-// newQEMU is the QEMU driver, also used for calibration boots. It boots
-// kernels through their PVH entry, from ELFs it keeps in kernelCache.
-func newQEMU(logger *slog.Logger, kernelCache string) vmm.Driver {
-	return qemu.New(qemu.Options{Logger: logger, KernelCache: kernelCache})
+// newQEMU is the QEMU driver, also used for calibration boots. It runs
+// binary ("" is qemu-system-x86_64 from PATH) and boots kernels through
+// their PVH entry, from ELFs it keeps in kernelCache.
+func newQEMU(logger *slog.Logger, binary, kernelCache string) vmm.Driver {
+	return qemu.New(qemu.Options{Logger: logger, Binary: binary, KernelCache: kernelCache})
 }

@@ -108,8 +108,15 @@ func FindCH(getenv func(string) string, lookPath func(string) (string, error)) B
 	return Binary{Source: "no cloud-hypervisor in PATH and " + CHBinaryEnv + " unset"}
 }
 
-// FindQEMU looks for qemu-system-x86_64 in PATH.
-func FindQEMU(lookPath func(string) (string, error)) Binary {
+// FindQEMU looks for QEMU: the binary --qemu names (path), else
+// qemu-system-x86_64 in PATH.
+func FindQEMU(path string, lookPath func(string) (string, error)) Binary {
+	if path != "" {
+		if _, err := lookPath(path); err != nil {
+			return Binary{Source: fmt.Sprintf("--qemu %s is not an executable: %v", path, unwrapExec(err))}
+		}
+		return Binary{Path: path, Source: "--qemu"}
+	}
 	if p, err := lookPath("qemu-system-x86_64"); err == nil {
 		return Binary{Path: p, Source: "PATH"}
 	}

@@ -99,10 +99,20 @@ func TestFind(t *testing.T) {
 			t.Errorf("%s: %+v, want path %q source ~%q", tt.name, b, tt.path, tt.source)
 		}
 	}
-	if b := FindQEMU(look("/usr/bin/qemu-system-x86_64")); b.Path != "/usr/bin/qemu-system-x86_64" {
-		t.Errorf("FindQEMU: %+v", b)
+	qemuTests := []struct {
+		name, flag   string
+		have         []string
+		path, source string
+	}{
+		{"--qemu wins", "/opt/qemu/bin/qemu-system-x86_64", []string{"/opt/qemu/bin/qemu-system-x86_64", "/usr/bin/qemu-system-x86_64"}, "/opt/qemu/bin/qemu-system-x86_64", "--qemu"},
+		{"PATH", "", []string{"/usr/bin/qemu-system-x86_64"}, "/usr/bin/qemu-system-x86_64", "PATH"},
+		{"--qemu names nothing", "/nope", []string{"/usr/bin/qemu-system-x86_64"}, "", "--qemu /nope is not an executable"},
+		{"none", "", nil, "", "no qemu-system-x86_64 in PATH"},
 	}
-	if b := FindQEMU(look()); b.Found() {
-		t.Errorf("FindQEMU found %+v in nothing", b)
+	for _, tt := range qemuTests {
+		b := FindQEMU(tt.flag, look(tt.have...))
+		if b.Path != tt.path || !strings.Contains(b.Source, tt.source) {
+			t.Errorf("FindQEMU %s: %+v, want path %q source ~%q", tt.name, b, tt.path, tt.source)
+		}
 	}
 }
