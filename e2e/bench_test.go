@@ -102,30 +102,11 @@ func TestBench(t *testing.T) {
 // agent-ready.
 func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceDockerd, runs int) {
 	ctx := context.Background()
-	k, err := kernel.Find("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	initramfs, err := kernel.BuildInitramfs(ctx, k, filepath.Join(binDir, "husk-agent"), filepath.Join(binDir, "husk-init"), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// As the daemon boots kernels: through their PVH entry where they
-	// have one.
-	drv := qemu.New(qemu.Options{KernelCache: t.TempDir()})
-	version, err := drv.Version(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	guest, k, version := benchGuest(t, binDir, "")
 	b.machine["qemu"] = version
 	b.machine["accel"] = "tcg"
 	b.machine["guest_kernel"] = k.Version
 	b.machine["guest_cpus"] = containers.DefaultCPUs()
-	// As the daemon under test runs its guests: 256 MiB, its default
-	// vCPUs (huskd's --cpus is not set), TCG, and
-	// the bench's huskd runs without --debug (harness.DaemonConfig.Quiet),
-	// so no husk.debug on the command line.
-	guest := containers.Guest{Driver: drv, Kernel: k.Path, Initramfs: initramfs, MemoryMiB: 256, CPUs: containers.DefaultCPUs()}
 	// And without huge pages, as huskd's QEMUs run under TCG.
 	if err := qemu.NoHugePagesUnderTCG("tcg"); err != nil {
 		t.Fatal(err)
@@ -181,6 +162,31 @@ func benchRun(t *testing.T, b *benchResults, binDir, img string, ref *referenceD
 	if _, ok := b.samples["vmm_floor_minimal_kernel"]; ok {
 		b.ratio("minimal_kernel_floor_over_debian_floor", "vmm_floor_minimal_kernel", "vmm_floor")
 	}
+}
+
+// benchGuest is a guest as the daemon under test runs its guests, for
+// raw boots: Debian's kernel and husk's initramfs, 256 MiB, its default
+// vCPUs (huskd's --cpus is not set), and no husk.debug on the command
+// line (the bench's huskd runs without --debug,
+// harness.DaemonConfig.Quiet). It is booted by the QEMU binary ("" is the
+// one in PATH), through the kernel's PVH entry where it has one, as the
+// daemon boots kernels. It returns the kernel and the QEMU's version too.
+func benchGuest(t *testing.T, binDir, binary string) (containers.Guest, kernel.Kernel, string) {
+	ctx := context.Background()
+	k, err := kernel.Find("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	initramfs, err := kernel.BuildInitramfs(ctx, k, filepath.Join(binDir, "husk-agent"), filepath.Join(binDir, "husk-init"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := qemu.New(qemu.Options{Binary: binary, KernelCache: t.TempDir()})
+	version, err := drv.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return containers.Guest{Driver: drv, Kernel: k.Path, Initramfs: initramfs, MemoryMiB: 256, CPUs: containers.DefaultCPUs()}, k, version
 }
 
 // benchDockerRun returns a scenario that runs `docker run --rm ARGS`
@@ -261,21 +267,8 @@ func benchMinimalQEMU(t *testing.T, b *benchResults, binDir, img string, ref *re
 		t.Fatalf("%s=%s: %v", benchMinQEMUEnv, p, err)
 	}
 	ctx := context.Background()
-	drv := qemu.New(qemu.Options{Binary: p, KernelCache: t.TempDir()})
-	version, err := drv.Version(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.machine["qemu_minimal"] = version
-	k, err := kernel.Find("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	initramfs, err := kernel.BuildInitramfs(ctx, k, filepath.Join(binDir, "husk-agent"), filepath.Join(binDir, "husk-init"), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	guest := containers.Guest{Driver: drv, Kernel: k.Path, Initramfs: initramfs, MemoryMiB: 256, CPUs: containers.DefaultCPUs()}
+	guest, _, version := benchGuest(t, binDir, p)
+	b.machine["qemu_minimal"] = version + ", " + p
 
 	if err := control.do("restart-with --qemu " + p); err != nil {
 		t.Fatalf("restart huskd with --qemu %s: %v", p, err)
