@@ -62,7 +62,9 @@ deps-test:
 run: deps-run build
 	$(BIN)/huskd $(HUSKD_FLAGS)
 
-test: deps-test build lint unit e2e
+# test builds the minimal QEMU too (make qemu), for the e2e test that
+# runs huskd --qemu with it.
+test: deps-test build qemu lint unit e2e
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -75,7 +77,7 @@ unit:
 # e2e drives the real docker CLI against a real huskd booting real VMs,
 # inside a network namespace the suite creates.
 e2e:
-	HUSK_E2E=1 HUSK_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -timeout 40m ./e2e/...
+	HUSK_E2E=1 HUSK_BIN_DIR=$(CURDIR)/$(BIN) HUSK_E2E_QEMU=$(QEMU_MINIMAL) $(GO) test -count=1 -v -timeout 40m ./e2e/...
 
 # bench reports medians of side-by-side runs against the VMM's floor and
 # Debian's dockerd + runc, and writes bench/results.json and
@@ -84,8 +86,8 @@ BENCH_PKGS := $(TEST_PKGS) debootstrap
 BENCH_RUNS ?= 7
 # The minimal kernel `make kernel` built, if any, is compared with Debian's.
 BENCH_KERNEL ?= $(lastword $(sort $(filter-out %.monolithic %.tmp,$(wildcard $(KERNEL_DIR)/bzImage-*))))
-# So is the QEMU `make qemu` built from the installed qemu package's source.
-BENCH_QEMU ?= $(wildcard $(QEMU_DIR)/$(shell dpkg-query -W -f='$${source:Version}' qemu-system-x86 2>/dev/null | tr -c 'A-Za-z0-9.+~-' _)/bin/qemu-system-x86_64)
+# So is the QEMU `make qemu` built (QEMU_MINIMAL, below).
+BENCH_QEMU ?= $(QEMU_MINIMAL)
 bench: build
 	$(call apt_install,$(BENCH_PKGS))
 	HUSK_E2E=1 HUSK_E2E_BENCH=1 HUSK_BENCH_RUNS=$(BENCH_RUNS) HUSK_BENCH_OUT=$(CURDIR)/bench HUSK_BIN_DIR=$(CURDIR)/$(BIN) \
@@ -111,6 +113,9 @@ kernel:
 QEMU_DIR ?= /var/cache/husk/qemu
 QEMU_PKGS := qemu-system-x86 build-essential dpkg-dev ninja-build meson pkg-config python3 \
 	libglib2.0-dev libpixman-1-dev libseccomp-dev libfdt-dev zlib1g-dev
+# QEMU_MINIMAL is the binary it builds from the installed qemu package's
+# source, once it is there.
+QEMU_MINIMAL = $(wildcard $(QEMU_DIR)/$(shell dpkg-query -W -f='$${source:Version}' qemu-system-x86 2>/dev/null | tr -c 'A-Za-z0-9.+~-' _)/bin/qemu-system-x86_64)
 qemu:
 	$(call apt_install,$(QEMU_PKGS))
 	./runtime/vmm/qemu/minimal/build.sh $(QEMU_DIR)
