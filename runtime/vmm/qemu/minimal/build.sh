@@ -48,7 +48,10 @@ set -- -q -o APT::Sandbox::User=root \
 	-o Dir::Etc::SourceList="$apt/sources.list" -o Dir::Etc::SourceParts="$apt/sources.list.d" \
 	-o Dir::State::Lists="$apt/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
 apt-get "$@" update >/dev/null
-(cd "$work" && apt-get "$@" source "qemu=$ver" >/dev/null)
+(cd "$work" && apt-get "$@" source "qemu=$ver" >/dev/null) || {
+	echo "no source of qemu $ver in the machine's apt sources: upgrade qemu-system-x86 to the version they have" >&2
+	exit 1
+}
 src=$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'qemu-*')
 [ -n "$src" ] && [ -f "$src/configure" ] || { echo "no QEMU source unpacked in $work" >&2; exit 1; }
 
