@@ -56,23 +56,27 @@ func TestMinimalQEMU(t *testing.T) {
 		t.Fatalf("the daemon without --qemu runs %s, the minimal QEMU", debian)
 	}
 	waitSteps(t, name, 3)
-	mustDocker(t, "checkpoint", "create", name, "under-debian")
-	atDebian := steps(t, name)
-
-	if err := control.do("restart-with --qemu " + p); err != nil {
-		t.Fatalf("restart huskd with --qemu %s: %v", p, err)
+	// across checkpoints name, restarts the daemon with args, restores
+	// name, and checks that it runs under want and counts on.
+	across := func(checkpoint, args, want string) {
+		t.Helper()
+		mustDocker(t, "checkpoint", "create", name, checkpoint)
+		at := steps(t, name)
+		if err := control.do("restart-with" + args); err != nil {
+			t.Fatalf("restart huskd with%q: %v", args, err)
+		}
+		mustDocker(t, "start", "--checkpoint", checkpoint, name)
+		if got := vmmBinary(t, name); got != want {
+			t.Errorf("restored by a daemon with%q, %s runs %s; want %s", args, name, got, want)
+		}
+		continuesFrom(t, name, waitSteps(t, name, len(at)+2), len(at), lastCount(at))
 	}
 	t.Cleanup(func() {
 		if err := control.do("restart-with"); err != nil {
 			t.Fatalf("restart huskd with Debian's QEMU: %v", err)
 		}
 	})
-	mustDocker(t, "start", "--checkpoint", "under-debian", name)
-	if got := vmmBinary(t, name); got != minimal {
-		t.Errorf("restored under --qemu, %s runs %s; want %s", name, got, minimal)
-	}
-	after := waitSteps(t, name, len(atDebian)+2)
-	continuesFrom(t, name, after, len(atDebian), lastCount(atDebian))
+	across("under-debian", " --qemu "+p, minimal)
 
 	// A start from the image's template, made by Debian's binary.
 	fresh := containerName(t, "-fresh")
@@ -88,16 +92,6 @@ func TestMinimalQEMU(t *testing.T) {
 	}
 	mustDocker(t, "rm", "-f", fresh)
 
-	mustDocker(t, "checkpoint", "create", name, "under-minimal")
-	atMinimal := steps(t, name)
-	if err := control.do("restart-with"); err != nil {
-		t.Fatalf("restart huskd with Debian's QEMU: %v", err)
-	}
-	mustDocker(t, "start", "--checkpoint", "under-minimal", name)
-	if got := vmmBinary(t, name); got != debian {
-		t.Errorf("restored without --qemu, %s runs %s; want %s", name, got, debian)
-	}
-	back := waitSteps(t, name, len(atMinimal)+2)
-	continuesFrom(t, name, back, len(atMinimal), lastCount(atMinimal))
+	across("under-minimal", "", debian)
 	mustDocker(t, "rm", "-f", name)
 }
