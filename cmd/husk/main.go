@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -106,11 +107,15 @@ func reportVMM(w io.Writer, report func(bool, string, string), vmmName string, h
 	} else {
 		report(true, "vmm", fmt.Sprintf("%s (%s): %s", d.VMM, d.Binary, d.Reason))
 	}
+	qemuFix := "apt-get install qemu-system-x86"
+	if strings.HasPrefix(h.QEMU.Source, "--qemu") {
+		qemuFix = "build it with make qemu, or leave --qemu out for the qemu-system-x86_64 in PATH"
+	}
 	others := []struct {
 		name, fix string
 		b         vmmselect.Binary
 	}{
-		{vmmselect.QEMU, "apt-get install qemu-system-x86", h.QEMU},
+		{vmmselect.QEMU, qemuFix, h.QEMU},
 		{vmmselect.CloudHypervisor, "install it in PATH or set " + vmmselect.CHBinaryEnv + "=/path/to/cloud-hypervisor", h.CH},
 	}
 	for _, o := range others {
