@@ -115,7 +115,7 @@ QEMU_PKGS := qemu-system-x86 build-essential dpkg-dev ninja-build meson pkg-conf
 	libglib2.0-dev libpixman-1-dev libseccomp-dev libfdt-dev zlib1g-dev
 # QEMU_MINIMAL is the binary it builds from the installed qemu package's
 # source, once it is there.
-QEMU_MINIMAL = $(wildcard $(QEMU_DIR)/$(shell dpkg-query -W -f='$${source:Version}' qemu-system-x86 2>/dev/null | tr -c 'A-Za-z0-9.+~-' _)/bin/qemu-system-x86_64)
+QEMU_MINIMAL = $(shell ./runtime/vmm/qemu/minimal/build.sh --built $(QEMU_DIR))
 qemu:
 	$(call apt_install,$(QEMU_PKGS))
 	./runtime/vmm/qemu/minimal/build.sh $(QEMU_DIR)

@@ -2,7 +2,8 @@
 # build.sh OUTDIR: builds a QEMU with only what husk's VMs use, from the
 # source of the Debian qemu package whose qemu-system-x86_64 is installed
 # (the same version and patches), and prints the binary's path; use it
-# with `huskd --qemu`.
+# with `huskd --qemu`. build.sh --built OUTDIR only prints that path, and
+# only if the build is there and of the current devices.mak.
 #
 # Debian's qemu-system-x86_64 links ~50 libraries and carries every
 # device and UI QEMU has; each VM pays for that on every launch (the
@@ -17,16 +18,25 @@
 # deb sources, in a private apt directory: the machine's sources and
 # package lists are left as they were.
 set -eu
-out=${1:?usage: build.sh OUTDIR}
+built_only=false
+if [ "${1:-}" = --built ]; then
+	built_only=true
+	shift
+fi
+out=${1:?usage: build.sh [--built] OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)
-ver=$(dpkg-query -W -f='${source:Version}' qemu-system-x86 2>/dev/null) ||
-	{ echo "qemu-system-x86 is not installed: apt-get install qemu-system-x86" >&2; exit 1; }
+ver=$(dpkg-query -W -f='${source:Version}' qemu-system-x86 2>/dev/null) || {
+	$built_only && exit 0
+	echo "qemu-system-x86 is not installed: apt-get install qemu-system-x86" >&2
+	exit 1
+}
 dest="$out/$(printf %s "$ver" | tr -c 'A-Za-z0-9.+~-' _)"
 bin="$dest/bin/qemu-system-x86_64"
 if [ -x "$bin" ] && [ "$(cat "$dest/devices.mak" 2>/dev/null)" = "$(cat "$here/devices.mak")" ]; then
 	echo "$bin"
 	exit 0
 fi
+$built_only && exit 0
 
 mkdir -p "$out"
 work=$(mktemp -d "$out/build.XXXXXX")
