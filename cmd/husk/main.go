@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -64,7 +63,7 @@ func doctor(ctx context.Context, w io.Writer, kernelPath, root, vmmName, qemuPat
 	}
 	verdict := accelVerdict(ctx, root)
 	report(true, "accel", verdict.reason)
-	reportVMM(w, report, vmmName, vmmselect.Host{
+	reportVMM(w, report, vmmName, qemuPath != "", vmmselect.Host{
 		CH:    vmmselect.FindCH(os.Getenv, exec.LookPath),
 		QEMU:  vmmselect.FindQEMU(qemuPath, exec.LookPath),
 		Accel: verdict.accel, AccelReason: verdict.reason,
@@ -99,8 +98,8 @@ func accelVerdict(ctx context.Context, root string) verdict {
 }
 
 // reportVMM says which VMM huskd --vmm vmmName would use and why, and
-// what the others lack.
-func reportVMM(w io.Writer, report func(bool, string, string), vmmName string, h vmmselect.Host) {
+// what the others lack; qemuFlag is whether --qemu named QEMU's binary.
+func reportVMM(w io.Writer, report func(bool, string, string), vmmName string, qemuFlag bool, h vmmselect.Host) {
 	d, err := vmmselect.Decide(vmmName, h)
 	if err != nil {
 		report(false, "vmm", err.Error())
@@ -108,7 +107,7 @@ func reportVMM(w io.Writer, report func(bool, string, string), vmmName string, h
 		report(true, "vmm", fmt.Sprintf("%s (%s): %s", d.VMM, d.Binary, d.Reason))
 	}
 	qemuFix := "apt-get install qemu-system-x86"
-	if strings.HasPrefix(h.QEMU.Source, "--qemu") {
+	if qemuFlag {
 		qemuFix = "build it with make qemu, or leave --qemu out for the qemu-system-x86_64 in PATH"
 	}
 	others := []struct {
