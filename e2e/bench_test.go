@@ -461,10 +461,7 @@ func benchSandboxMemory(t *testing.T, b *benchResults, img, key string, args ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := vmmBinary(t, name)
 	m, err := vmmMemory(pid, 256<<20)
 	if err != nil {
 		t.Fatal(err)
