@@ -3,7 +3,7 @@
 # source of the Debian qemu package whose qemu-system-x86_64 is installed
 # (the same version and patches), and prints the binary's path; use it
 # with `huskd --qemu`. build.sh --built OUTDIR only prints that path, and
-# only if the build is there and of the current devices.mak.
+# only if the build is there and of the current devices.mak and patches.
 #
 # Debian's qemu-system-x86_64 links ~50 libraries and carries every
 # device and UI QEMU has; each VM pays for that on every launch (the
@@ -32,7 +32,10 @@ ver=$(dpkg-query -W -f='${source:Version}' qemu-system-x86 2>/dev/null) || {
 }
 dest="$out/$(printf %s "$ver" | tr -c 'A-Za-z0-9.+~-' _)"
 bin="$dest/bin/qemu-system-x86_64"
-if [ -x "$bin" ] && [ "$(cat "$dest/devices.mak" 2>/dev/null)" = "$(cat "$here/devices.mak")" ]; then
+# recipe is what a build is made of beyond the source: a build made from
+# another devices.mak or other patches is stale.
+recipe() { cat "$here/devices.mak" "$here"/patches/*.patch; }
+if [ -x "$bin" ] && [ "$(cat "$dest/recipe" 2>/dev/null)" = "$(recipe)" ]; then
 	echo "$bin"
 	exit 0
 fi
@@ -66,6 +69,9 @@ src=$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'qemu-*')
 [ -n "$src" ] && [ -f "$src/configure" ] || { echo "no QEMU source unpacked in $work" >&2; exit 1; }
 
 cp "$here/devices.mak" "$src/configs/devices/x86_64-softmmu/husk.mak"
+for p in "$here"/patches/*.patch; do
+	patch -d "$src" -p1 --quiet --forward <"$p" || { echo "patch $p does not apply to qemu $ver" >&2; exit 1; }
+done
 mkdir "$src/build"
 cd "$src/build"
 # --prefix and --firmwarepath are Debian's: QEMU finds its data relative
@@ -88,7 +94,7 @@ cp qemu-system-x86_64 "$dest.tmp/bin/"
 ln -s /usr/share/qemu "$dest.tmp/share/qemu"
 ln -s /usr/share/seabios "$dest.tmp/share/seabios"
 ln -s /usr/lib/ipxe/qemu "$dest.tmp/lib/ipxe/qemu"
-cp "$here/devices.mak" "$dest.tmp/devices.mak"
+recipe >"$dest.tmp/recipe"
 "$dest.tmp/bin/qemu-system-x86_64" --version >/dev/null
 rm -rf "$dest"
 mv "$dest.tmp" "$dest"
