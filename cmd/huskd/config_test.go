@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -50,7 +51,8 @@ func TestConfigFileAndFlags(t *testing.T) {
 	err := os.WriteFile(file, []byte(`{
 		"root": "/srv/husk", "hosts": ["unix:///a.sock", "unix:///b.sock"],
 		"insecure-registries": ["reg:5000"], "vmm": "qemu", "accel": "tcg",
-		"kernel": "/boot/k", "qemu": "/opt/q/bin/qemu-system-x86_64", "memory": 512, "debug": true
+		"kernel": "/boot/k", "qemu": "/opt/q/bin/qemu-system-x86_64", "memory": 512, "debug": true,
+		"tcg-release-idle": "90s"
 	}`), 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -61,17 +63,18 @@ func TestConfigFileAndFlags(t *testing.T) {
 	}
 	if cfg.Root != "/srv/husk" || !slices.Equal(cfg.Hosts, []string{"unix:///a.sock", "unix:///b.sock"}) ||
 		!slices.Equal(cfg.InsecureRegistries, []string{"reg:5000"}) || cfg.VMM != "qemu" || cfg.Accel != "tcg" ||
-		cfg.Kernel != "/boot/k" || cfg.QEMU != "/opt/q/bin/qemu-system-x86_64" || cfg.MemoryMiB != 512 || !cfg.Debug {
+		cfg.Kernel != "/boot/k" || cfg.QEMU != "/opt/q/bin/qemu-system-x86_64" || cfg.MemoryMiB != 512 || !cfg.Debug ||
+		cfg.TCGReleaseIdle != Duration(90*time.Second) {
 		t.Errorf("from file: %+v", cfg)
 	}
 	// Flags the user sets win over the file; the others keep its values.
-	cfg, err = load(t, "--config-file", file, "--root", "/tmp/r", "--host", "unix:///c.sock", "--insecure-registry", "x:1", "--insecure-registry", "y:2", "--accel", "auto", "--qemu", "/usr/bin/qemu-system-x86_64")
+	cfg, err = load(t, "--config-file", file, "--root", "/tmp/r", "--host", "unix:///c.sock", "--insecure-registry", "x:1", "--insecure-registry", "y:2", "--accel", "auto", "--qemu", "/usr/bin/qemu-system-x86_64", "--tcg-release-idle", "0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Root != "/tmp/r" || !slices.Equal(cfg.Hosts, []string{"unix:///c.sock"}) ||
 		!slices.Equal(cfg.InsecureRegistries, []string{"x:1", "y:2"}) || cfg.Accel != "auto" || cfg.VMM != "qemu" || cfg.MemoryMiB != 512 ||
-		cfg.QEMU != "/usr/bin/qemu-system-x86_64" {
+		cfg.QEMU != "/usr/bin/qemu-system-x86_64" || cfg.TCGReleaseIdle != 0 {
 		t.Errorf("flags over file: %+v", cfg)
 	}
 }
@@ -79,10 +82,12 @@ func TestConfigFileAndFlags(t *testing.T) {
 func TestConfigRejects(t *testing.T) {
 	dir := t.TempDir()
 	tests := map[string]string{
-		"unknown key": `{"rooot": "/x"}`,
-		"bad json":    `{"root": `,
-		"tiny memory": `{"memory": 16}`,
-		"no sockets":  `{"hosts": []}`,
+		"unknown key":      `{"rooot": "/x"}`,
+		"bad json":         `{"root": `,
+		"tiny memory":      `{"memory": 16}`,
+		"no sockets":       `{"hosts": []}`,
+		"idle as a number": `{"tcg-release-idle": 30}`,
+		"negative idle":    `{"tcg-release-idle": "-1s"}`,
 	}
 	for name, body := range tests {
 		file := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")

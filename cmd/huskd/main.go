@@ -78,7 +78,7 @@ func run(parent context.Context, cfg Config) error {
 	if err := checkVMM(cfg.VMM, host); err != nil {
 		return err
 	}
-	qemuDriver := newQEMU(logger, host.QEMU.Path, filepath.Join(cfg.Root, "kernel"))
+	qemuDriver := newQEMU(logger, host.QEMU.Path, filepath.Join(cfg.Root, "kernel"), time.Duration(cfg.TCGReleaseIdle))
 	k, err := kernel.Find(cfg.Kernel)
 	if err != nil {
 		return fmt.Errorf("guest kernel: %w", err)

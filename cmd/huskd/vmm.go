@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"time"
 
 	"github.com/husk-vm/husk/runtime/accel"
 	"github.com/husk-vm/husk/runtime/vmm"
@@ -59,8 +60,9 @@ func pickVMM(name string, host vmmselect.Host, choice accel.Choice, qemuDriver v
 }
 
 // newQEMU is the QEMU driver, also used for calibration boots. It runs
-// binary ("" is qemu-system-x86_64 from PATH) and boots kernels through
-// their PVH entry, from ELFs it keeps in kernelCache.
-func newQEMU(logger *slog.Logger, binary, kernelCache string) vmm.Driver {
-	return qemu.New(qemu.Options{Logger: logger, Binary: binary, KernelCache: kernelCache})
+// binary ("" is qemu-system-x86_64 from PATH), boots kernels through
+// their PVH entry, from ELFs it keeps in kernelCache, and has TCG VMs
+// idle for releaseIdle give back their translated code.
+func newQEMU(logger *slog.Logger, binary, kernelCache string, releaseIdle time.Duration) vmm.Driver {
+	return qemu.New(qemu.Options{Logger: logger, Binary: binary, KernelCache: kernelCache, ReleaseIdle: releaseIdle})
 }

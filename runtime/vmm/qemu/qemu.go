@@ -157,6 +157,10 @@ type Options struct {
 	// boots through their PVH entry (kernel.ExtractPVH) in place of the
 	// bzImages it is given; empty boots images as given.
 	KernelCache string
+	// ReleaseIdle, if positive, has each TCG VM give back its translated
+	// code once it has been idle that long (releaseWhenIdle). Only the
+	// QEMU `make qemu` builds can; with any other, VMs keep their code.
+	ReleaseIdle time.Duration
 }
 
 // DefaultTBSizeMiB is TCG's translation buffer per VM. QEMU 7.2 reserves
@@ -181,6 +185,7 @@ type Driver struct {
 	runAs       string
 	tbMiB       int
 	kernelCache string
+	releaseIdle time.Duration
 	log         *slog.Logger
 
 	// bootMu guards boot: which file boots each kernel image, decided
@@ -205,7 +210,7 @@ var _ vmm.Driver = (*Driver)(nil)
 // New returns a QEMU driver.
 func New(opts Options) *Driver {
 	d := &Driver{binary: opts.Binary, machine: opts.Machine, runAs: opts.RunAs, tbMiB: opts.TBSizeMiB,
-		kernelCache: opts.KernelCache, log: opts.Logger, boot: map[fileID]string{}}
+		kernelCache: opts.KernelCache, releaseIdle: opts.ReleaseIdle, log: opts.Logger, boot: map[fileID]string{}}
 	if d.tbMiB == 0 {
 		d.tbMiB = DefaultTBSizeMiB
 	}
@@ -392,6 +397,9 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 		m.Kill()
 		m.Cleanup()
 		return nil, fmt.Errorf("start vm %s: %w", cfg.ID, err)
+	}
+	if d.releaseIdle > 0 && cfg.Accel != "kvm" {
+		go m.releaseWhenIdle(d.releaseIdle)
 	}
 	return m, nil
 }
@@ -972,6 +980,10 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 		log.Debug("qemu exited")
 		m.exited()
 	}()
+	if d.releaseIdle > 0 {
+		// A KVM VM refuses the command, which ends the watch.
+		go m.releaseWhenIdle(d.releaseIdle)
+	}
 	return m, nil
 }
 

@@ -1,0 +1,66 @@
+package qemu
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestIdleTracker(t *testing.T) {
+	const after = 10 * time.Second
+	t0 := time.Unix(1000, 0)
+	// Each step is a sample: seconds since t0, and CPU used so far in ms.
+	type step struct {
+		sec, cpuMS int
+		release    bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"a started VM released once after an idle stretch", []step{
+			{0, 0, false}, {5, 10, false}, {10, 20, true}, {15, 30, false}, {30, 40, false},
+		}},
+		{"busy time restarts the stretch", []step{
+			{0, 0, false}, {8, 10, false}, {9, 500, false}, {18, 510, false}, {19, 520, true},
+		}},
+		{"only busy time after a release re-arms it", []step{
+			{0, 0, false}, {10, 0, true}, {25, 10, false}, {26, 300, false}, {35, 310, false}, {36, 310, true},
+		}},
+		{"a VM never idle is never released", []step{
+			{0, 0, false}, {5, 1000, false}, {10, 2000, false}, {15, 3000, false},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newIdleTracker(after)
+			for _, s := range tc.steps {
+				got := tr.observe(cpuSample{at: t0.Add(time.Duration(s.sec) * time.Second), cpu: time.Duration(s.cpuMS) * time.Millisecond})
+				if got != s.release {
+					t.Fatalf("at %ds (cpu %d ms): release %v, want %v", s.sec, s.cpuMS, got, s.release)
+				}
+			}
+		})
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis, as comm may have.
+	stat := "4242 (qemu sys) x) S 1 4242 4242 0 -1 4194560 12011 0 0 0 250 37 0 0 20 0 5 0 12345 1 2\n"
+	got, err := parseStatCPU([]byte(stat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2870 * time.Millisecond; got != want {
+		t.Errorf("cpu = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"4242 qemu S 1", "4242 (qemu) S 1 2 3"} {
+		if _, err := parseStatCPU([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	// This process has a stat of its own to read.
+	if _, err := processCPU(os.Getpid()); err != nil {
+		t.Error(err)
+	}
+}
