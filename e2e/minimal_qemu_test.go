@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,7 +33,9 @@ func vmmBinary(t *testing.T, name string) string {
 // checkpoint made under Debian's binary restores under the minimal one
 // and counts on, one made under the minimal one restores under Debian's,
 // and the image template Debian's binary made starts containers under
-// the minimal one without falling back to a cold boot.
+// the minimal one without falling back to a cold boot. Under the minimal
+// one an idle sandbox gives back its translated code
+// (--tcg-release-idle) and still runs what it is asked to.
 func TestMinimalQEMU(t *testing.T) {
 	requireHusk(t)
 	if suite.VMM != "qemu" {
@@ -76,11 +80,12 @@ func TestMinimalQEMU(t *testing.T) {
 			t.Fatalf("restart huskd with Debian's QEMU: %v", err)
 		}
 	})
-	across("under-debian", " --qemu "+p, minimal)
+	// A short idle time, so the test need not wait out the default.
+	across("under-debian", " --qemu "+p+" --tcg-release-idle 3s", minimal)
 
 	// A start from the image's template, made by Debian's binary.
 	fresh := containerName(t, "-fresh")
-	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", fresh, img, "sleep", "60"))
+	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", fresh, img, "sleep", "600"))
 	if !restoredFrom(t, id, "image") {
 		t.Errorf("%s did not start from the image's template under --qemu (%s)", fresh, suite.DaemonLog)
 	}
@@ -90,8 +95,42 @@ func TestMinimalQEMU(t *testing.T) {
 	if got, want := strings.TrimSpace(mustDocker(t, "exec", fresh, "echo", "ok")), "ok"; got != want {
 		t.Errorf("exec in %s = %q, want %q", fresh, got, want)
 	}
+	releasedWhenIdle(t, fresh, id)
 	mustDocker(t, "rm", "-f", fresh)
 
 	across("under-minimal", "", debian)
 	mustDocker(t, "rm", "-f", name)
+}
+
+// releasedWhenIdle waits for container name (full ID id), started from
+// a template and idle, to have its QEMU drop its translated code and give
+// the buffer's pages back, then checks that the guest still runs an exec.
+// A restore flushes the empty buffer once and a start from it translates
+// ~40,000 blocks (~20 MiB), which a 64 MiB buffer holds without another
+// flush: a second flush with the buffer's memory down to what an idle
+// guest translates is the release.
+func releasedWhenIdle(t *testing.T, name, id string) {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idleBufferMiB = 4
+	eventually(t, name+" gives back its translated code when idle", func() string {
+		m, err := vmmMemory(pid, 256<<20)
+		if err != nil {
+			return err.Error()
+		}
+		blocks, flushes, err := translatedBlocks(context.Background(), suite.DaemonRoot, id)
+		if err != nil {
+			return err.Error()
+		}
+		if flushes < 2 || m.TCGBufferMiB > idleBufferMiB {
+			return fmt.Sprintf("%d flushes, %d blocks in %.1f MiB of translated code", flushes, blocks, m.TCGBufferMiB)
+		}
+		return ""
+	})
+	if got, want := strings.TrimSpace(mustDocker(t, "exec", name, "sh", "-c", "echo $((6 * 7))")), "42"; got != want {
+		t.Errorf("exec in %s after the release = %q, want %q", name, got, want)
+	}
 }
