@@ -12,7 +12,10 @@
 # devices.mak, TCG and KVM, seccomp and vhost-user (virtio-fs), and no
 # UI, audio, block drivers beyond raw files, TLS or disassembler. Its
 # version line says "husk"; its machines' devices are Debian's, so
-# snapshots move between the two binaries.
+# snapshots move between the two binaries. patches/ holds husk's own
+# changes on top of Debian's, each saying why in its QAPI doc or
+# comments: tcg-release.patch lets huskd give an idle VM's translated
+# code back (runtime/vmm/qemu/idle.go).
 #
 # The source comes through apt from deb-src twins of the machine's own
 # deb sources, in a private apt directory: the machine's sources and
