@@ -457,23 +457,15 @@ func afterStart(*testing.T, string) string {
 }
 
 // onceReleased waits until a sandbox's QEMU, idle, has given back its
-// translated code (huskd --tcg-release-idle, by default after a minute):
-// the second flush of its buffer, the first being its restore's.
+// translated code (huskd --tcg-release-idle, by default after a minute).
 func onceReleased(t *testing.T, id string) string {
 	start := time.Now()
-	for {
-		_, flushes, err := translatedBlocks(context.Background(), suite.DaemonRoot, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if flushes >= 2 {
-			return fmt.Sprintf("idle, once its QEMU released its translated code (%.0f s after docker run -d returned)", time.Since(start).Seconds())
-		}
-		if time.Since(start) > 5*time.Minute {
-			t.Fatalf("the idle sandbox %s kept its translated code for %v", id, time.Since(start).Round(time.Second))
-		}
-		time.Sleep(time.Second)
+	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", id)))
+	if err != nil {
+		t.Fatal(err)
 	}
+	eventually(t, "the idle sandbox "+id+" gives back its translated code", func() string { return translationsReleased(pid, id) })
+	return fmt.Sprintf("idle, once its QEMU released its translated code (%.0f s after docker run -d returned)", time.Since(start).Seconds())
 }
 
 // benchSandboxMemory records as key the host memory of a sandbox started

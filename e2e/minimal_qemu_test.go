@@ -105,32 +105,41 @@ func TestMinimalQEMU(t *testing.T) {
 // releasedWhenIdle waits for container name (full ID id), started from
 // a template and idle, to have its QEMU drop its translated code and give
 // the buffer's pages back, then checks that the guest still runs an exec.
-// A restore flushes the empty buffer once and a start from it translates
-// ~40,000 blocks (~20 MiB), which a 64 MiB buffer holds without another
-// flush: a second flush with the buffer's memory down to what an idle
-// guest translates is the release.
 func releasedWhenIdle(t *testing.T, name, id string) {
 	t.Helper()
 	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const idleBufferMiB = 4
-	eventually(t, name+" gives back its translated code when idle", func() string {
-		m, err := vmmMemory(pid, 256<<20)
-		if err != nil {
-			return err.Error()
-		}
-		blocks, flushes, err := translatedBlocks(context.Background(), suite.DaemonRoot, id)
-		if err != nil {
-			return err.Error()
-		}
-		if flushes < 2 || m.TCGBufferMiB > idleBufferMiB {
-			return fmt.Sprintf("%d flushes, %d blocks in %.1f MiB of translated code", flushes, blocks, m.TCGBufferMiB)
-		}
-		return ""
-	})
+	eventually(t, name+" gives back its translated code when idle", func() string { return translationsReleased(pid, id) })
 	if got, want := strings.TrimSpace(mustDocker(t, "exec", name, "sh", "-c", "echo $((6 * 7))")), "42"; got != want {
 		t.Errorf("exec in %s after the release = %q, want %q", name, got, want)
 	}
+}
+
+// translationsReleased says what is still missing for the QEMU (pid) of
+// container id, started from a template, to have given back its
+// translated code, or "" once it has. A restore flushes the empty buffer
+// once and a start from it translates ~40,000 blocks (~20 MiB), which a
+// 64 MiB buffer holds without another flush: a second flush with the
+// buffer's memory down to what an idle guest translates is the release.
+func translationsReleased(pid int, id string) string {
+	const idleBufferMiB = 4
+	m, err := vmmMemory(pid, 256<<20)
+	if err != nil {
+		return err.Error()
+	}
+	if m.TCGBufferMiB > idleBufferMiB {
+		// Not yet; asking QEMU would also cost it CPU time, which it
+		// must not use to count as idle.
+		return fmt.Sprintf("%.1f MiB of translated code", m.TCGBufferMiB)
+	}
+	blocks, flushes, err := translatedBlocks(context.Background(), suite.DaemonRoot, id)
+	if err != nil {
+		return err.Error()
+	}
+	if flushes < 2 {
+		return fmt.Sprintf("%d flushes, %d blocks in %.1f MiB of translated code", flushes, blocks, m.TCGBufferMiB)
+	}
+	return ""
 }
