@@ -1,7 +1,12 @@
 package qemu
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"os"
+	"slices"
 	"testing"
 	"time"
 )
@@ -62,5 +67,46 @@ func TestParseStatCPU(t *testing.T) {
 	// This process has a stat of its own to read.
 	if _, err := processCPU(os.Getpid()); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestReleaseTranslationsQMP checks the monitor conversation of a
+// release against a fake QEMU: a running VM is asked, a paused one is
+// not, and a QEMU without the command refuses with a QMPError, which
+// is what ends releaseWhenIdle's watch.
+func TestReleaseTranslationsQMP(t *testing.T) {
+	ok := `{"return": {}, "id": $ID}`
+	status := func(s string) []string {
+		return []string{`{"return": {"status": "` + s + `", "running": ` + fmt.Sprint(s == "running") + `}, "id": $ID}`}
+	}
+	tests := []struct {
+		name     string
+		status   string
+		release  []string
+		released bool
+		refused  bool
+		sent     []string
+	}{
+		{"running", "running", []string{ok}, true, false, []string{"qmp_capabilities", "query-status", releaseCommand}},
+		{"paused", "paused", nil, false, false, []string{"qmp_capabilities", "query-status"}},
+		{"incoming", "inmigrate", nil, false, false, []string{"qmp_capabilities", "query-status"}},
+		{"no such command", "running", []string{`{"error": {"class": "CommandNotFound", "desc": "The command x-husk-tcg-release has not been found"}, "id": $ID}`},
+			false, true, []string{"qmp_capabilities", "query-status", releaseCommand}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t.TempDir(), nil, 42, slog.New(slog.DiscardHandler))
+			seen := fakeQMP(t, m.path(qmpSocket), map[string][]string{
+				"qmp_capabilities": {ok}, "query-status": status(tc.status), releaseCommand: tc.release,
+			})
+			released, err := m.releaseTranslations(context.Background())
+			var refused *QMPError
+			if released != tc.released || errors.As(err, &refused) != tc.refused || (err != nil && !tc.refused) {
+				t.Errorf("released %v, err %v; want released %v, refused %v", released, err, tc.released, tc.refused)
+			}
+			if got := <-seen; !slices.Equal(got, tc.sent) {
+				t.Errorf("sent %q, want %q", got, tc.sent)
+			}
+		})
 	}
 }
