@@ -460,11 +460,7 @@ func afterStart(*testing.T, string) string {
 // translated code (huskd --tcg-release-idle, by default after a minute).
 func onceReleased(t *testing.T, id string) string {
 	start := time.Now()
-	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", id)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the idle sandbox "+id+" gives back its translated code", func() string { return translationsReleased(pid, id) })
+	waitReleased(t, id)
 	return fmt.Sprintf("idle, once its QEMU released its translated code (%.0f s after docker run -d returned)", time.Since(start).Seconds())
 }
 
@@ -476,10 +472,7 @@ func benchSandboxMemory(t *testing.T, b *benchResults, img, key string, settle f
 	id := strings.TrimSpace(mustDocker(t, append(append([]string{"run", "-d", "--name", name}, args...), img, "sleep", "600")...))
 	defer mustDocker(t, "rm", "-f", name)
 	when := settle(t, id)
-	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := vmmPID(t, name)
 	exe := vmmBinary(t, name)
 	m, err := vmmMemory(pid, 256<<20)
 	if err != nil {

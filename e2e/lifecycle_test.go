@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -309,10 +308,7 @@ func TestDeadVMMIsReported(t *testing.T) {
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
 	mustDocker(t, "run", "-d", "--name", name, img, "sleep", "1000")
-	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
-	if err != nil || pid <= 0 {
-		t.Fatalf("State.Pid of a running container = %d, %v", pid, err)
-	}
+	pid := vmmPID(t, name)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the VMM: %v", err)
 	}

@@ -16,13 +16,23 @@ import (
 // and sets this.
 const minimalQEMUEnv = "HUSK_E2E_QEMU"
 
+// vmmPID is the pid of the VMM that runs container name (a name or ID).
+func vmmPID(t *testing.T, name string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
+	if err != nil || pid <= 0 {
+		t.Fatalf("State.Pid of %s = %d, %v", name, pid, err)
+	}
+	return pid
+}
+
 // vmmBinary is the executable of the VMM that runs container name.
 func vmmBinary(t *testing.T, name string) string {
 	t.Helper()
-	pid := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name))
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%s/exe", pid))
+	pid := vmmPID(t, name)
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
-		t.Fatalf("%s's VMM (pid %s): %v", name, pid, err)
+		t.Fatalf("%s's VMM (pid %d): %v", name, pid, err)
 	}
 	return exe
 }
@@ -95,26 +105,23 @@ func TestMinimalQEMU(t *testing.T) {
 	if got, want := strings.TrimSpace(mustDocker(t, "exec", fresh, "echo", "ok")), "ok"; got != want {
 		t.Errorf("exec in %s = %q, want %q", fresh, got, want)
 	}
-	releasedWhenIdle(t, fresh, id)
+	waitReleased(t, id)
+	if got, want := strings.TrimSpace(mustDocker(t, "exec", fresh, "sh", "-c", "echo $((6 * 7))")), "42"; got != want {
+		t.Errorf("exec in %s after the release = %q, want %q", fresh, got, want)
+	}
 	mustDocker(t, "rm", "-f", fresh)
 
 	across("under-minimal", "", debian)
 	mustDocker(t, "rm", "-f", name)
 }
 
-// releasedWhenIdle waits for container name (full ID id), started from
-// a template and idle, to have its QEMU drop its translated code and give
-// the buffer's pages back, then checks that the guest still runs an exec.
-func releasedWhenIdle(t *testing.T, name, id string) {
+// waitReleased waits for container id, started from a template and
+// idle, to have its QEMU drop its translated code and give the buffer's
+// pages back (huskd --tcg-release-idle).
+func waitReleased(t *testing.T, id string) {
 	t.Helper()
-	pid, err := strconv.Atoi(strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, name+" gives back its translated code when idle", func() string { return translationsReleased(pid, id) })
-	if got, want := strings.TrimSpace(mustDocker(t, "exec", name, "sh", "-c", "echo $((6 * 7))")), "42"; got != want {
-		t.Errorf("exec in %s after the release = %q, want %q", name, got, want)
-	}
+	pid := vmmPID(t, id)
+	eventually(t, id+" gives back its translated code when idle", func() string { return translationsReleased(pid, id) })
 }
 
 // translationsReleased says what is still missing for the QEMU (pid) of
