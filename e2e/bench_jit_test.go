@@ -18,25 +18,41 @@ import (
 // state directory). Unlike wall-clock time it hardly moves with a noisy
 // host, so it shows changes to how much guest code a start runs first.
 func translatedBlocks(ctx context.Context, daemonRoot, id string) (blocks, flushes int, err error) {
+	var out string
+	if err := vmQMP(ctx, daemonRoot, id, "human-monitor-command", map[string]string{"command-line": "info jit"}, &out); err != nil {
+		return 0, 0, fmt.Errorf("translated blocks of %s: %w", id, err)
+	}
+	return parseInfoJit(out)
+}
+
+// releaseTranslations has the QEMU of container id drop its translated
+// code, as huskd has an idle VM's dropped (--tcg-release-idle), but at
+// once. Only the QEMU `make qemu` builds has the command.
+func releaseTranslations(ctx context.Context, daemonRoot, id string) error {
+	if err := vmQMP(ctx, daemonRoot, id, qemu.ReleaseCommand, nil, nil); err != nil {
+		return fmt.Errorf("release translated code of %s: %w", id, err)
+	}
+	return nil
+}
+
+// vmQMP sends one command to the QEMU of container id over the VM's QMP
+// socket in huskd's state directory.
+func vmQMP(ctx context.Context, daemonRoot, id, command string, args, result any) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// The socket's path is longer than a unix address holds; reach it
 	// through a descriptor of its directory, as huskd does.
 	dir, err := os.Open(filepath.Join(daemonRoot, "containers", id, "vm"))
 	if err != nil {
-		return 0, 0, fmt.Errorf("translated blocks of %s: %w", id, err)
+		return err
 	}
 	defer dir.Close()
 	q, err := qemu.DialQMP(ctx, fmt.Sprintf("/proc/self/fd/%d/qmp.sock", dir.Fd()))
 	if err != nil {
-		return 0, 0, fmt.Errorf("translated blocks of %s: %w", id, err)
+		return err
 	}
 	defer q.Close()
-	var out string
-	if err := q.Execute(ctx, "human-monitor-command", map[string]string{"command-line": "info jit"}, &out); err != nil {
-		return 0, 0, fmt.Errorf("translated blocks of %s: %w", id, err)
-	}
-	return parseInfoJit(out)
+	return q.Execute(ctx, command, args, result)
 }
 
 // parseInfoJit reads the "TB count" line of HMP's info jit: the blocks

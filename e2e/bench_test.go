@@ -192,11 +192,16 @@ func benchGuest(t *testing.T, binDir, binary string) (containers.Guest, kernel.K
 // benchDockerRun returns a scenario that runs `docker run --rm ARGS`
 // against host.
 func benchDockerRun(host string, args ...string) func() error {
+	return benchDocker(host, append([]string{"run", "--rm"}, args...)...)
+}
+
+// benchDocker returns a scenario that runs `docker ARGS` against host.
+func benchDocker(host string, args ...string) func() error {
 	return func() error {
-		cmd := exec.CommandContext(context.Background(), suite.DockerCLI, append([]string{"--host", host, "run", "--rm"}, args...)...)
+		cmd := exec.CommandContext(context.Background(), suite.DockerCLI, append([]string{"--host", host}, args...)...)
 		cmd.Env = dockerEnv()
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("docker run via %s: %v: %s%s", host, err, out, guestConsoles(string(out)))
+			return fmt.Errorf("docker %s via %s: %v: %s%s", args[0], host, err, out, guestConsoles(string(out)))
 		}
 		return nil
 	}
@@ -282,8 +287,10 @@ func benchMinimalQEMU(t *testing.T, b *benchResults, binDir, img string, ref *re
 	if exe := benchSandboxMemory(t, b, img, "template_minimal_qemu", afterStart); exe != want {
 		t.Fatalf("a sandbox's VMM is %s; want %s", exe, want)
 	}
-	// Only this QEMU can give back an idle VM's translated code.
+	// Only this QEMU can give back an idle VM's translated code. A
+	// sandbox in use then holds what its execs translate again.
 	benchSandboxMemory(t, b, img, "template_minimal_qemu_idle", onceReleased)
+	benchSandboxMemory(t, b, img, "template_minimal_qemu_exec", releasedThenExec)
 	scs := []benchScenario{
 		{"vmm_floor_minimal_qemu", "raw QEMU boot to agent-ready (floor), minimal QEMU", func() error {
 			bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -301,6 +308,25 @@ func benchMinimalQEMU(t *testing.T, b *benchResults, binDir, img string, ref *re
 	// which are of an earlier phase.
 	b.ratio("run_cold_minimal_qemu_over_vmm_floor_minimal_qemu", "run_cold_minimal_qemu", "vmm_floor_minimal_qemu")
 	b.ratio("run_template_minimal_qemu_over_runc", "run_template_minimal_qemu", "run_runc")
+	benchExecAfterRelease(t, b, img, runs)
+}
+
+// benchExecAfterRelease measures what a release of translated code costs
+// the exec after it: `docker exec ID true` into a running sandbox right
+// after its QEMU dropped its code, against the same exec warm. Between
+// rounds the bench sends the release itself rather than waiting a
+// minute for huskd's idle watcher to.
+func benchExecAfterRelease(t *testing.T, b *benchResults, img string, runs int) {
+	name := containerName(t, "-exec-release")
+	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, img, "sleep", "600"))
+	defer mustDocker(t, "rm", "-f", name)
+	dockerExec := benchDocker(suite.DockerHost, "exec", name, "true")
+	release := func() error { return releaseTranslations(context.Background(), suite.DaemonRoot, id) }
+	b.alternateTimed(t, runs, []timedScenario{
+		{benchScenario{"exec_after_release_minimal_qemu", "docker exec true, first after a release of translated code, minimal QEMU", dockerExec}, nil},
+		{benchScenario{"exec_warm_minimal_qemu", "docker exec true, the next one, minimal QEMU", dockerExec}, release},
+	})
+	b.ratio("exec_after_release_over_exec_warm_minimal_qemu", "exec_after_release_minimal_qemu", "exec_warm_minimal_qemu")
 }
 
 // firstExecLoop prints a line every 20 ms: its first output after a start
@@ -462,6 +488,18 @@ func onceReleased(t *testing.T, id string) string {
 	start := time.Now()
 	waitReleased(t, id)
 	return fmt.Sprintf("idle, once its QEMU released its translated code (%.0f s after docker run -d returned)", time.Since(start).Seconds())
+}
+
+// releasedThenExec has a sandbox's QEMU give back its translated code, as
+// an idle one does, then runs one `docker exec ID true` in it: what a
+// sandbox in use holds.
+func releasedThenExec(t *testing.T, id string) string {
+	time.Sleep(2 * time.Second)
+	if err := releaseTranslations(context.Background(), suite.DaemonRoot, id); err != nil {
+		t.Fatal(err)
+	}
+	mustDocker(t, "exec", id, "true")
+	return "2 s after docker run -d, then a release of its translated code and one docker exec"
 }
 
 // benchSandboxMemory records as key the host memory of a sandbox started

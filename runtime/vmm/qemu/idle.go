@@ -10,12 +10,12 @@ import (
 	"time"
 )
 
-// releaseCommand drops a TCG VM's translated code and gives its
-// translation buffer's pages back to the host. It is husk's own
+// ReleaseCommand, a QMP command, drops a TCG VM's translated code and
+// gives its translation buffer's pages back to the host. It is husk's own
 // (minimal/patches/tcg-release.patch): only the QEMU `make qemu` builds
 // has it. QEMU never shrinks the buffer itself: a flush resets it only
 // when it is full, and the pages stay resident either way.
-const releaseCommand = "x-husk-tcg-release"
+const ReleaseCommand = "x-husk-tcg-release"
 
 // idleShare is the share of one host CPU under which a VM counts as
 // idle. An idle two-vCPU TCG guest (timer ticks, the agent parked) used
@@ -164,8 +164,8 @@ func (m *Machine) releaseTranslations(ctx context.Context) (released bool, err e
 	if st.Status != "running" {
 		return false, nil
 	}
-	if err := q.Execute(ctx, releaseCommand, nil, nil); err != nil {
-		return false, fmt.Errorf("qemu %d %s: %w", m.pid, releaseCommand, err)
+	if err := q.Execute(ctx, ReleaseCommand, nil, nil); err != nil {
+		return false, fmt.Errorf("qemu %d %s: %w", m.pid, ReleaseCommand, err)
 	}
 	return true, nil
 }

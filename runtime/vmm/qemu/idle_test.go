@@ -87,17 +87,17 @@ func TestReleaseTranslationsQMP(t *testing.T) {
 		refused  bool
 		sent     []string
 	}{
-		{"running", "running", []string{ok}, true, false, []string{"qmp_capabilities", "query-status", releaseCommand}},
+		{"running", "running", []string{ok}, true, false, []string{"qmp_capabilities", "query-status", ReleaseCommand}},
 		{"paused", "paused", nil, false, false, []string{"qmp_capabilities", "query-status"}},
 		{"incoming", "inmigrate", nil, false, false, []string{"qmp_capabilities", "query-status"}},
 		{"no such command", "running", []string{`{"error": {"class": "CommandNotFound", "desc": "The command x-husk-tcg-release has not been found"}, "id": $ID}`},
-			false, true, []string{"qmp_capabilities", "query-status", releaseCommand}},
+			false, true, []string{"qmp_capabilities", "query-status", ReleaseCommand}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMachine(t.TempDir(), nil, 42, slog.New(slog.DiscardHandler))
 			seen := fakeQMP(t, m.path(qmpSocket), map[string][]string{
-				"qmp_capabilities": {ok}, "query-status": status(tc.status), releaseCommand: tc.release,
+				"qmp_capabilities": {ok}, "query-status": status(tc.status), ReleaseCommand: tc.release,
 			})
 			released, err := m.releaseTranslations(context.Background())
 			var refused *QMPError
