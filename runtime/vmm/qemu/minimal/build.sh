@@ -15,7 +15,8 @@
 # snapshots move between the two binaries. patches/ holds husk's own
 # changes on top of Debian's, each saying why in its QAPI doc or
 # comments: tcg-release.patch lets huskd give an idle VM's translated
-# code back (runtime/vmm/qemu/idle.go).
+# code back (runtime/vmm/qemu/idle.go), boot-images-release.patch a
+# cold-booted VM's kernel and initramfs (runtime/vmm/qemu/bootimages.go).
 #
 # The source comes through apt from deb-src twins of the machine's own
 # deb sources, in a private apt directory: the machine's sources and
