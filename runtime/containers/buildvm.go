@@ -125,7 +125,7 @@ func (b *BuildVMs) Start(ctx context.Context, baseImageID string) (_ *BuildVM, e
 		return nil, fmt.Errorf("create build VM disk: %w", err)
 	}
 	short := id[:12]
-	machine, client, err := g.startVM(ctx, vmSpec{
+	machine, client, err := g.startVM(ctx, b.log, vmSpec{
 		id: short, dir: vmDir, memoryMiB: g.MemoryMiB, cpus: g.CPUs,
 		disks: []vmm.Disk{{Path: base, ReadOnly: true, Serial: baseSerial}, {Path: upper, Serial: upperSerial}},
 	})

@@ -97,7 +97,7 @@ func (c *ctr) startContainerVM(ctx context.Context, spec vmSpec, setup *proto.Se
 		}
 	}
 	start := time.Now()
-	machine, client, err := g.startVM(ctx, spec)
+	machine, client, err := g.startVM(ctx, m.log, spec)
 	if err == nil {
 		m.log.Debug("container VM booted", "id", spec.id, "took", time.Since(start))
 	}

@@ -110,3 +110,34 @@ func TestReleaseTranslationsQMP(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseBootImagesQMP checks the monitor conversation that gives
+// back a booted VM's boot images, and that a QEMU without the command
+// refuses with a QMPError.
+func TestReleaseBootImagesQMP(t *testing.T) {
+	ok := `{"return": {}, "id": $ID}`
+	tests := []struct {
+		name    string
+		reply   string
+		refused bool
+	}{
+		{"released", ok, false},
+		{"no such command", `{"error": {"class": "CommandNotFound", "desc": "The command x-husk-release-boot-images has not been found"}, "id": $ID}`, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t.TempDir(), nil, 42, slog.New(slog.DiscardHandler))
+			seen := fakeQMP(t, m.path(qmpSocket), map[string][]string{
+				"qmp_capabilities": {ok}, ReleaseBootImagesCommand: {tc.reply},
+			})
+			err := m.ReleaseBootImages(context.Background())
+			var refused *QMPError
+			if errors.As(err, &refused) != tc.refused || (err != nil && !tc.refused) {
+				t.Errorf("err %v; want refused %v", err, tc.refused)
+			}
+			if got, want := <-seen, []string{"qmp_capabilities", ReleaseBootImagesCommand}; !slices.Equal(got, want) {
+				t.Errorf("sent %q, want %q", got, want)
+			}
+		})
+	}
+}
