@@ -291,6 +291,8 @@ func benchMinimalQEMU(t *testing.T, b *benchResults, binDir, img string, ref *re
 	// sandbox in use then holds what its execs translate again.
 	benchSandboxMemory(t, b, img, "template_minimal_qemu_idle", onceReleased)
 	benchSandboxMemory(t, b, img, "template_minimal_qemu_exec", releasedThenExec)
+	// Nor can any other give back a cold boot's kernel and initramfs.
+	benchSandboxMemory(t, b, img, "cold_minimal_qemu", afterStart, "--label", containers.BootLabel+"=cold")
 	scs := []benchScenario{
 		{"vmm_floor_minimal_qemu", "raw QEMU boot to agent-ready (floor), minimal QEMU", func() error {
 			bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/husk-vm/husk/e2e/testimages"
+	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // minimalQEMUEnv names the QEMU `make qemu` builds; `make test` builds it
@@ -111,6 +113,17 @@ func TestMinimalQEMU(t *testing.T) {
 	}
 	mustDocker(t, "rm", "-f", fresh)
 
+	// A cold boot's QEMU gives back the kernel and initramfs it booted
+	// from once the guest is up.
+	cold := containerName(t, "-cold")
+	mustDocker(t, "run", "-d", "--name", cold, "--label", containers.BootLabel+"=cold", img, "sleep", "600")
+	coldPID := vmmPID(t, cold)
+	eventually(t, cold+" gives back its boot images", func() string { return bootImagesReleased(coldPID) })
+	if got, want := strings.TrimSpace(mustDocker(t, "exec", cold, "echo", "ok")), "ok"; got != want {
+		t.Errorf("exec in %s = %q, want %q", cold, got, want)
+	}
+	mustDocker(t, "rm", "-f", cold)
+
 	across("under-minimal", "", debian)
 	mustDocker(t, "rm", "-f", name)
 }
@@ -147,6 +160,51 @@ func translationsReleased(pid int, id string) string {
 	}
 	if flushes < 2 {
 		return fmt.Sprintf("%d flushes, %d blocks in %.1f MiB of translated code", flushes, blocks, m.TCGBufferMiB)
+	}
+	return ""
+}
+
+// bootImagesReleased says what is still missing for QEMU pid, booted
+// cold, to have given back the pages of the kernel and initramfs it
+// booted from (huskd's kernel cache: vmlinux-*, initramfs-*), or "" once
+// it has. Only what a reset would read again could fault them back in.
+func bootImagesReleased(pid int) string {
+	const releasedKiB = 1024
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	images, rssKiB := 0, 0
+	inImage := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			// A mapping's header: address perms offset dev inode [path].
+			inImage = false
+			if len(fields) >= 6 {
+				base := filepath.Base(fields[5])
+				inImage = strings.HasPrefix(base, "vmlinux-") || strings.HasPrefix(base, "initramfs-")
+			}
+			if inImage {
+				images++
+			}
+			continue
+		}
+		if inImage && len(fields) >= 2 && fields[0] == "Rss:" {
+			kb, _ := strconv.Atoi(fields[1])
+			rssKiB += kb
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err.Error()
+	}
+	switch {
+	case images == 0:
+		return "no kernel or initramfs mapped: not a cold boot through the kernel's PVH entry"
+	case rssKiB > releasedKiB:
+		return fmt.Sprintf("%d KiB of its boot images resident", rssKiB)
 	}
 	return ""
 }
