@@ -98,3 +98,24 @@ func TestParseInfoJit(t *testing.T) {
 		}
 	}
 }
+
+// TestBootImagesResident counts only the kernel cache's mappings: an
+// anonymous mapping right after one (the guest's RAM) is not one.
+func TestBootImagesResident(t *testing.T) {
+	const smaps = `7f0fb4a00000-7f0fb7cc7000 rw-p 00000000 fe:00 9986123    /var/lib/husk/kernel/vmlinux-5134
+Size:              51996 kB
+Rss:               45376 kB
+7f0fb8000000-7f0fc8000000 rw-p 00000000 00:00 0
+Size:             262144 kB
+Rss:               88188 kB
+7f0fd8600000-7f0fd8c64000 r--p 00000000 fe:00 9986077    /var/lib/husk/kernel/initramfs-339a.cpio
+Size:               6544 kB
+Rss:                   8 kB
+7f0fd9000000-7f0fd9100000 r-xp 00000000 fe:00 1234       /usr/bin/qemu-system-x86_64
+Rss:                1024 kB
+`
+	images, rss, err := bootImagesResident(strings.NewReader(smaps))
+	if err != nil || images != 2 || rss != 45376+8 {
+		t.Errorf("images %d, rss %d KiB, err %v; want 2, %d KiB", images, rss, err, 45376+8)
+	}
+}

@@ -565,6 +565,13 @@ func vmmMemory(pid int, guestBytes int64) (memoryFigures, error) {
 	return parseSmaps(f, guestBytes)
 }
 
+// isSmapsHeader says whether the fields of a line of /proc/PID/smaps
+// are a mapping's header (address perms offset dev inode [path]) rather
+// than one of its "Key: value" lines.
+func isSmapsHeader(fields []string) bool {
+	return len(fields) >= 5 && !strings.HasSuffix(fields[0], ":") && strings.Contains(fields[0], "-")
+}
+
 func parseSmaps(r io.Reader, guestBytes int64) (memoryFigures, error) {
 	var total, pss, guestRSS, guestPSS, bestSize, size, rss, tbRSS, fileRSS, guestFile int64
 	fileBacked, translated := false, false
@@ -574,8 +581,7 @@ func parseSmaps(r io.Reader, guestBytes int64) (memoryFigures, error) {
 		if len(fields) < 2 {
 			continue
 		}
-		if !strings.HasSuffix(fields[0], ":") && strings.Contains(fields[0], "-") && len(fields) >= 5 {
-			// A mapping's header: address perms offset dev inode [path].
+		if isSmapsHeader(fields) {
 			fileBacked = fields[4] != "0"
 			translated = !fileBacked && fields[1] == "rwxp"
 			continue

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -166,8 +167,8 @@ func translationsReleased(pid int, id string) string {
 
 // bootImagesReleased says what is still missing for QEMU pid, booted
 // cold, to have given back the pages of the kernel and initramfs it
-// booted from (huskd's kernel cache: vmlinux-*, initramfs-*), or "" once
-// it has. Only what a reset would read again could fault them back in.
+// booted from, or "" once it has. Only what a reset would read again
+// could fault them back in.
 func bootImagesReleased(pid int) string {
 	const releasedKiB = 1024
 	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps", pid))
@@ -175,13 +176,27 @@ func bootImagesReleased(pid int) string {
 		return err.Error()
 	}
 	defer f.Close()
-	images, rssKiB := 0, 0
+	images, rssKiB, err := bootImagesResident(f)
+	switch {
+	case err != nil:
+		return err.Error()
+	case images == 0:
+		return "no kernel or initramfs mapped: not a cold boot through the kernel's PVH entry"
+	case rssKiB > releasedKiB:
+		return fmt.Sprintf("%d KiB of its boot images resident", rssKiB)
+	}
+	return ""
+}
+
+// bootImagesResident reads a QEMU's /proc/PID/smaps for its mappings of
+// huskd's kernel cache (vmlinux-*, initramfs-*): how many, and how much
+// of them is resident.
+func bootImagesResident(r io.Reader) (images, rssKiB int, err error) {
 	inImage := false
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
-			// A mapping's header: address perms offset dev inode [path].
+		if isSmapsHeader(fields) {
 			inImage = false
 			if len(fields) >= 6 {
 				base := filepath.Base(fields[5])
@@ -197,14 +212,5 @@ func bootImagesReleased(pid int) string {
 			rssKiB += kb
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return err.Error()
-	}
-	switch {
-	case images == 0:
-		return "no kernel or initramfs mapped: not a cold boot through the kernel's PVH entry"
-	case rssKiB > releasedKiB:
-		return fmt.Sprintf("%d KiB of its boot images resident", rssKiB)
-	}
-	return ""
+	return images, rssKiB, sc.Err()
 }
