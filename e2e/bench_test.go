@@ -496,12 +496,12 @@ func onceReleased(t *testing.T, id string) string {
 // an idle one does, then runs one `docker exec ID true` in it: what a
 // sandbox in use holds.
 func releasedThenExec(t *testing.T, id string) string {
-	time.Sleep(2 * time.Second)
+	settled := afterStart(t, id)
 	if err := releaseTranslations(context.Background(), suite.DaemonRoot, id); err != nil {
 		t.Fatal(err)
 	}
 	mustDocker(t, "exec", id, "true")
-	return "2 s after docker run -d, then a release of its translated code and one docker exec"
+	return settled + ", then a release of its translated code and one docker exec"
 }
 
 // benchSandboxMemory records as key the host memory of a sandbox started
