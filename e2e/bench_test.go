@@ -206,7 +206,7 @@ func templatesMade(t *testing.T) int {
 // shape's template in the background, the next makes the image's.
 func waitShapeTemplates(t *testing.T, img string, nics int, args ...string) {
 	t.Helper()
-	id := strings.TrimPrefix(strings.TrimSpace(mustDocker(t, "image", "inspect", "--format", "{{.Id}}", img)), "sha256:")
+	id := imageHex(t, img)
 	shape := fmt.Sprintf("memory_mib=256 cpus=%d nics=%d", containers.DefaultCPUs(), nics)
 	run := append(append([]string{"run", "--rm"}, args...), img, "true")
 	for _, step := range []struct{ what, line, id string }{

@@ -14,8 +14,14 @@ import (
 // of img is ready (at Info, so also in a quiet daemon's log).
 func imageTemplatesReady(t *testing.T, img string) int {
 	t.Helper()
-	id := strings.TrimPrefix(strings.TrimSpace(mustDocker(t, "image", "inspect", "--format", "{{.Id}}", img)), "sha256:")
-	return logCount(t, `msg="image template ready"`, id)
+	return logCount(t, `msg="image template ready"`, imageHex(t, img))
+}
+
+// imageHex is img's ID without its "sha256:", as huskd's log names an
+// image template's base.
+func imageHex(t *testing.T, img string) string {
+	t.Helper()
+	return strings.TrimPrefix(strings.TrimSpace(mustDocker(t, "image", "inspect", "--format", "{{.Id}}", img)), "sha256:")
 }
 
 // waitImageTemplate waits until huskd has said more than since times that
