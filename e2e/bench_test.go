@@ -207,7 +207,7 @@ func templatesMade(t *testing.T) int {
 func waitShapeTemplates(t *testing.T, img string, nics int, args ...string) {
 	t.Helper()
 	id := imageHex(t, img)
-	shape := fmt.Sprintf("memory_mib=256 cpus=%d nics=%d", containers.DefaultCPUs(), nics)
+	shape := shapeFields(nics)
 	run := append(append([]string{"run", "--rm"}, args...), img, "true")
 	for _, step := range []struct{ what, line, id string }{
 		{"the template of " + shape, `msg="template ready" ` + shape, ""},

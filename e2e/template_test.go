@@ -11,10 +11,15 @@ import (
 	"github.com/husk-vm/husk/runtime/containers"
 )
 
-// templateReady is the log line of huskd's default template: 256 MiB,
-// the default vCPUs (the e2e daemon sets no --cpus), one NIC.
+// templateReady is the log line of huskd's default template: one NIC.
 func templateReady() string {
-	return fmt.Sprintf(`msg="template ready" memory_mib=256 cpus=%d nics=1`, containers.DefaultCPUs())
+	return `msg="template ready" ` + shapeFields(1)
+}
+
+// shapeFields is how huskd's log names a template's shape: 256 MiB, the
+// default vCPUs (the e2e daemon sets no --cpus), nics NICs.
+func shapeFields(nics int) string {
+	return fmt.Sprintf("memory_mib=256 cpus=%d nics=%d", containers.DefaultCPUs(), nics)
 }
 
 // poolReady is the log line of a VM made ready in huskd's pool for its
