@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -54,7 +55,8 @@ func (g Guest) startVM(ctx context.Context, log *slog.Logger, spec vmSpec) (_ vm
 
 // bootImagesReleaser is a VM whose VMM can give back the memory of the
 // kernel and initramfs it booted from, which it keeps only to load them
-// again on a reset (qemu.Machine, under the QEMU `make qemu` builds).
+// again on a reset (qemu.Machine, under the QEMU `make qemu` builds). Its
+// error wraps errors.ErrUnsupported when the VMM is known not to.
 type bootImagesReleaser interface {
 	ReleaseBootImages(ctx context.Context) error
 }
@@ -70,7 +72,9 @@ func releaseBootImages(log *slog.Logger, id string, machine vmm.Machine) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := r.ReleaseBootImages(ctx); err != nil {
+		// ErrUnsupported: the VMM is known to keep them, and said so
+		// the first time.
+		if err := r.ReleaseBootImages(ctx); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 			log.Debug("VMM keeps its boot images", "id", id, "err", err)
 		}
 	}()

@@ -19,14 +19,20 @@ import (
 const ReleaseBootImagesCommand = "x-husk-release-boot-images"
 
 // ReleaseBootImages asks QEMU to give back the memory of the VM's boot
-// images. Any QEMU but `make qemu`'s refuses it with a QMPError.
+// images. Any QEMU but `make qemu`'s refuses it with a QMPError, and once
+// a binary has, its VMs are not asked again: the error then wraps
+// errors.ErrUnsupported.
 func (m *Machine) ReleaseBootImages(ctx context.Context) error {
+	if err := m.lacking(ReleaseBootImagesCommand); err != nil {
+		return err
+	}
 	q, err := m.QMP(ctx)
 	if err != nil {
 		return err
 	}
 	defer q.Close()
 	if err := q.Execute(ctx, ReleaseBootImagesCommand, nil, nil); err != nil {
+		m.noteRefusal(ReleaseBootImagesCommand, err)
 		return fmt.Errorf("qemu %d: %w", m.pid, err)
 	}
 	return nil

@@ -110,8 +110,12 @@ func parseStatCPU(b []byte) (time.Duration, error) {
 // once (the kernel's and the agent's paths of a start), and an idle
 // guest needs little of it; what runs next is translated again, at the
 // cost a restored VM's first exec pays. It stops for good when QEMU has
-// no such command (any binary but `make qemu`'s) or runs under KVM.
+// no such command (any binary but `make qemu`'s) or runs under KVM, and
+// does not start for a binary already known to lack the command.
 func (m *Machine) releaseWhenIdle(after time.Duration) {
+	if m.lacking(ReleaseCommand) != nil {
+		return
+	}
 	// Fine enough that a `docker exec` of a moment counts as busy.
 	tick := min(max(after/4, 250*time.Millisecond), time.Second)
 	t := newIdleTracker(after)
@@ -137,6 +141,7 @@ func (m *Machine) releaseWhenIdle(after time.Duration) {
 		var refused *QMPError
 		switch {
 		case errors.As(err, &refused):
+			m.noteRefusal(ReleaseCommand, err)
 			m.log.Debug("qemu keeps its translated code", "reason", err)
 			return
 		case err != nil:

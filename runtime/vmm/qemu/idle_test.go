@@ -141,3 +141,59 @@ func TestReleaseBootImagesQMP(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnCommandsRemembered checks that once a binary's QEMU has said it
+// has no such command, the binary's other VMs are not asked again, while
+// another binary's still are, and that other refusals teach nothing.
+func TestOwnCommandsRemembered(t *testing.T) {
+	ok := `{"return": {}, "id": $ID}`
+	notFound := `{"error": {"class": "CommandNotFound", "desc": "The command x-husk-release-boot-images has not been found"}, "id": $ID}`
+	generic := `{"error": {"class": "GenericError", "desc": "the VM may reset"}, "id": $ID}`
+	debian := fileID{path: "/usr/bin/qemu-system-x86_64", ino: 1}
+	minimal := fileID{path: "/var/cache/husk/qemu/bin/qemu-system-x86_64", ino: 2}
+	var own ownCommands
+	// ask has a VM of bin ask for the release, its QEMU answering reply
+	// ("" for no QEMU at all), and reports whether it was asked.
+	ask := func(bin fileID, reply string) (error, bool) {
+		t.Helper()
+		m := newMachine(t.TempDir(), nil, 42, slog.New(slog.DiscardHandler))
+		m.knowBinary(&own, bin, nil)
+		var seen <-chan []string
+		if reply != "" {
+			seen = fakeQMP(t, m.path(qmpSocket), map[string][]string{"qmp_capabilities": {ok}, ReleaseBootImagesCommand: {reply}})
+		}
+		err := m.ReleaseBootImages(context.Background())
+		if seen == nil {
+			return err, false
+		}
+		return err, slices.Contains(<-seen, ReleaseBootImagesCommand)
+	}
+	steps := []struct {
+		name        string
+		bin         fileID
+		reply       string
+		wantAsked   bool
+		unsupported bool
+	}{
+		{"a refusal for another reason", debian, generic, true, false},
+		{"asked again after it", debian, notFound, true, false},
+		{"not asked once known", debian, "", false, true},
+		{"another binary is asked", minimal, ok, true, false},
+		{"and again, having answered", minimal, ok, true, false},
+	}
+	for _, s := range steps {
+		err, asked := ask(s.bin, s.reply)
+		if asked != s.wantAsked || errors.Is(err, errors.ErrUnsupported) != s.unsupported {
+			t.Errorf("%s: asked %v, err %v; want asked %v, unsupported %v", s.name, asked, err, s.wantAsked, s.unsupported)
+		}
+	}
+	// A VM whose binary is unknown is always asked.
+	m := newMachine(t.TempDir(), nil, 42, slog.New(slog.DiscardHandler))
+	m.knowBinary(&own, debian, errors.New("no such file"))
+	if err := m.lacking(ReleaseBootImagesCommand); err != nil {
+		t.Errorf("a VM of an unknown binary: %v", err)
+	}
+	if err := m.lacking(ReleaseCommand); err != nil {
+		t.Errorf("a command never refused: %v", err)
+	}
+}

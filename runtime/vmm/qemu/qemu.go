@@ -203,6 +203,10 @@ type Driver struct {
 	versionMu sync.Mutex
 	versionOf fileID
 	version   string
+
+	// own is what the driver has learnt of its binaries' monitor
+	// commands, shared by their machines.
+	own ownCommands
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -366,6 +370,8 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 		closeAll(disks)
 		return nil, fmt.Errorf("create qemu log: %w", err)
 	}
+	// The file exec is about to run, for what the driver learns of it.
+	bin, binErr := d.binaryID()
 	// Not CommandContext: the VMM must outlive the request and the daemon.
 	cmd := exec.Command(d.binary, args...)
 	cmd.Dir = dir
@@ -384,6 +390,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 	log.Debug("qemu started", "args", args)
 	m := newMachine(dir, dirFD, cmd.Process.Pid, log)
 	m.signal = func(sig syscall.Signal) error { return cmd.Process.Signal(sig) }
+	m.knowBinary(&d.own, bin, binErr)
 	l := d.layoutOf(cfg, spec.netSlots)
 	l.CPU, l.Firmware = spec.cpu, spec.firmware
 	m.layout = &l
@@ -957,6 +964,8 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	log := d.log.With("dir", dir, "pid", pid)
 	m := newMachine(dir, dirFD, pid, log)
 	m.pidfd = pidfd
+	bin, binErr := runningBinaryID(pid)
+	m.knowBinary(&d.own, bin, binErr)
 	if b, err := os.ReadFile(filepath.Join(dir, layoutFile)); err == nil {
 		var l layout
 		if json.Unmarshal(b, &l) == nil {
@@ -1032,6 +1041,10 @@ type Machine struct {
 	// mediaActive: media inserted now need no activateMedia, because the
 	// VM was started rather than restored, or has been activated since.
 	mediaActive bool
+	// own and binary: what the driver knows of the commands of the QEMU
+	// binary the VM runs (knowBinary); own is nil when that is unknown.
+	own    *ownCommands
+	binary fileID
 }
 
 var _ vmm.Machine = (*Machine)(nil)
