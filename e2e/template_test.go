@@ -64,18 +64,22 @@ func daemonLogHas(t *testing.T, parts ...string) bool {
 	return false
 }
 
-// templateRunScript prints what a container must see as its own: env,
-// image files, hostname (kernel and /etc/hostname), address and MAC; then
-// it stays up so that inspect shows its network settings.
-const templateRunScript = `echo "env=$X"; test -x /bin/busybox && grep -q '^app:' /etc/passwd && echo files-ok; ` +
+// templateRunScript prints what a container must see as its own: its
+// first random bytes, env, image files, hostname (kernel and
+// /etc/hostname), address and MAC; then it stays up so that inspect
+// shows its network settings. The random bytes come first: VMs restored
+// from one snapshot resume one RNG state, and only the reseed at their
+// start tells their numbers apart.
+const templateRunScript = `echo "rand=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"; ` +
+	`echo "env=$X"; test -x /bin/busybox && grep -q '^app:' /etc/passwd && echo files-ok; ` +
 	`echo "host=$(hostname) etc=$(cat /etc/hostname)"; ip -4 -o addr show eth0 | awk '{print "addr=" $4}'; ` +
 	`ip link show eth0 | awk '/ether/ {print "mac=" $2}'; echo done; exec sleep 600`
 
 // checkRunIdentity waits until a container running templateRunScript has
 // said who it is, checks that it saw its own environment, the image's files, its
 // hostname, and the address and MAC inspect reports, and that no earlier
-// container (recorded in seen) had the same hostname, address or MAC. It
-// returns the container's ID.
+// container (recorded in seen) had the same hostname, address, MAC or
+// random bytes. It returns the container's ID.
 func checkRunIdentity(t *testing.T, name string, seen map[string]string) string {
 	t.Helper()
 	var logs string
@@ -101,8 +105,10 @@ func checkRunIdentity(t *testing.T, name string, seen map[string]string) string 
 		t.Errorf("%s: guest address %q, inspect says %s/16", name, kv["addr"], ep.IPAddress)
 	case !strings.EqualFold(kv["mac"], ep.MacAddress):
 		t.Errorf("%s: guest MAC %q, inspect says %s", name, kv["mac"], ep.MacAddress)
+	case len(kv["rand"]) != 32:
+		t.Errorf("%s: read %q from /dev/urandom, want 16 bytes in hex", name, kv["rand"])
 	}
-	for _, k := range []string{"host", "addr", "mac"} {
+	for _, k := range []string{"host", "addr", "mac", "rand"} {
 		if other, dup := seen[k+"="+kv[k]]; dup {
 			t.Errorf("%s and %s share %s %s", other, name, k, kv[k])
 		}
