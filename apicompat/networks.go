@@ -31,11 +31,11 @@ func (s *server) initNetworkRoutes() {
 	s.handle(http.MethodGet, "/networks", s.listNetworks)
 	s.handle(http.MethodGet, "/networks/", s.listNetworks)
 	s.handle(http.MethodGet, "/networks/{name}", s.inspectNetwork)
-	s.handle(http.MethodPost, "/networks/create", s.createNetwork)
+	s.handle(http.MethodPost, "/networks/create", outlives(s.createNetwork))
 	s.handle(http.MethodPost, "/networks/prune", s.pruneNetworks)
-	s.handle(http.MethodPost, "/networks/{name}/connect", s.connectNetwork)
-	s.handle(http.MethodPost, "/networks/{name}/disconnect", s.disconnectNetwork)
-	s.handle(http.MethodDelete, "/networks/{name}", s.removeNetwork)
+	s.handle(http.MethodPost, "/networks/{name}/connect", outlives(s.connectNetwork))
+	s.handle(http.MethodPost, "/networks/{name}/disconnect", outlives(s.disconnectNetwork))
+	s.handle(http.MethodDelete, "/networks/{name}", outlives(s.removeNetwork))
 }
 
 func (s *server) networks() (Networks, error) {

@@ -66,6 +66,21 @@ const (
 // turned into dockerd's JSON error response.
 type apiFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error
 
+// outlives gives h a context that its client's going away does not
+// cancel. dockerd carries a container's create, start, stop, restart,
+// kill and removal (and the other changes of state wrapped with this)
+// through to their end whether or not the client that asked is still
+// there, since its daemon's calls for them take no context; clients
+// count on it: an interrupted `docker stop` still stops the container,
+// and a start whose client timed out still starts it. Streams (attach,
+// logs, wait, events, exec start, pulls, pushes, loads, builds) and
+// prunes stay tied to their client, as under dockerd.
+func outlives(h apiFunc) apiFunc {
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error {
+		return h(context.WithoutCancel(ctx), w, r, vars)
+	}
+}
+
 type route struct {
 	method  string
 	pattern *regexp.Regexp
@@ -124,21 +139,21 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/containers/json", s.listContainers)
 	s.handle(http.MethodGet, "/containers/{name}/json", s.inspectContainer)
 	s.handle(http.MethodGet, "/containers/{name}/logs", s.containerLogs)
-	s.handle(http.MethodPost, "/containers/create", s.createContainer)
-	s.handle(http.MethodPost, "/containers/{name}/kill", s.killContainer)
-	s.handle(http.MethodPost, "/containers/{name}/restart", s.restartContainer)
-	s.handle(http.MethodPost, "/containers/{name}/start", s.startContainer)
-	s.handle(http.MethodPost, "/containers/{name}/stop", s.stopContainer)
+	s.handle(http.MethodPost, "/containers/create", outlives(s.createContainer))
+	s.handle(http.MethodPost, "/containers/{name}/kill", outlives(s.killContainer))
+	s.handle(http.MethodPost, "/containers/{name}/restart", outlives(s.restartContainer))
+	s.handle(http.MethodPost, "/containers/{name}/start", outlives(s.startContainer))
+	s.handle(http.MethodPost, "/containers/{name}/stop", outlives(s.stopContainer))
 	s.handle(http.MethodPost, "/containers/{name}/wait", s.waitContainer)
 	s.handle(http.MethodPost, "/containers/{name}/resize", s.resizeContainer)
 	s.handle(http.MethodPost, "/containers/{name}/attach", s.attachContainer)
 	s.handle(http.MethodGet, "/containers/{name}/checkpoints", s.listCheckpoints)
-	s.handle(http.MethodPost, "/containers/{name}/checkpoints", s.createCheckpoint)
-	s.handle(http.MethodDelete, "/containers/{name}/checkpoints/{checkpoint}", s.deleteCheckpoint)
-	s.handle(http.MethodDelete, "/containers/{name}", s.removeContainer)
-	s.handle(http.MethodPost, "/husk/containers/{name}/fork", s.forkContainer)
+	s.handle(http.MethodPost, "/containers/{name}/checkpoints", outlives(s.createCheckpoint))
+	s.handle(http.MethodDelete, "/containers/{name}/checkpoints/{checkpoint}", outlives(s.deleteCheckpoint))
+	s.handle(http.MethodDelete, "/containers/{name}", outlives(s.removeContainer))
+	s.handle(http.MethodPost, "/husk/containers/{name}/fork", outlives(s.forkContainer))
 
-	s.handle(http.MethodPost, "/containers/{name}/exec", s.createExec)
+	s.handle(http.MethodPost, "/containers/{name}/exec", outlives(s.createExec))
 	s.handle(http.MethodPost, "/exec/{name}/start", s.startExec)
 	s.handle(http.MethodPost, "/exec/{name}/resize", s.resizeExec)
 	s.handle(http.MethodGet, "/exec/{name}/json", s.inspectExec)
@@ -146,9 +161,9 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/containers/{name}/archive", s.getArchive)
 	s.handle(http.MethodPut, "/containers/{name}/archive", s.putArchive)
 	s.handle(http.MethodPost, "/containers/prune", s.pruneContainers)
-	s.handle(http.MethodPost, "/containers/{name}/rename", s.renameContainer)
-	s.handle(http.MethodPost, "/containers/{name}/pause", s.pauseContainer)
-	s.handle(http.MethodPost, "/containers/{name}/unpause", s.unpauseContainer)
+	s.handle(http.MethodPost, "/containers/{name}/rename", outlives(s.renameContainer))
+	s.handle(http.MethodPost, "/containers/{name}/pause", outlives(s.pauseContainer))
+	s.handle(http.MethodPost, "/containers/{name}/unpause", outlives(s.unpauseContainer))
 	s.handle(http.MethodGet, "/containers/{name}/top", s.topContainer)
 
 	s.handle(http.MethodGet, "/images/json", s.listImages)
@@ -157,8 +172,8 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/images/{name}/json", s.inspectImage)
 	s.handle(http.MethodPost, "/images/load", s.loadImages)
 	s.handle(http.MethodPost, "/images/create", s.createImage)
-	s.handle(http.MethodPost, "/images/{name}/tag", s.tagImage)
-	s.handle(http.MethodDelete, "/images/{name}", s.removeImage)
+	s.handle(http.MethodPost, "/images/{name}/tag", outlives(s.tagImage))
+	s.handle(http.MethodDelete, "/images/{name}", outlives(s.removeImage))
 
 	s.initNetworkRoutes()
 	s.handle(http.MethodGet, "/images/{name}/history", s.getImageHistory)
@@ -169,8 +184,8 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/containers/{name}/stats", s.getStats)
 	s.handle(http.MethodGet, "/containers/{name}/changes", s.containerChanges)
 	s.handle(http.MethodGet, "/containers/{name}/export", s.exportContainer)
-	s.handle(http.MethodPost, "/commit", s.postCommit)
-	s.handle(http.MethodPost, "/containers/{name}/update", s.updateContainer)
+	s.handle(http.MethodPost, "/commit", outlives(s.postCommit))
+	s.handle(http.MethodPost, "/containers/{name}/update", outlives(s.updateContainer))
 	s.handle(http.MethodPost, "/images/prune", s.pruneImages)
 	s.handle(http.MethodGet, "/system/df", s.getDiskUsage)
 	s.handle(http.MethodPost, "/build/prune", s.postBuildPrune)
@@ -240,7 +255,10 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request, rt route, version
 	}
 	log := s.log.With("method", r.Method, "path", r.URL.Path, "error", err)
 	if r.Context().Err() != nil {
-		log.Info("request cancelled by client")
+		// Nobody to answer. The error may be the client's leaving
+		// itself, or, for a request that outlives its client, the
+		// request's own failure.
+		log.Info("client gone before the answer")
 		return
 	}
 	if tw.wrote {

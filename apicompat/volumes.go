@@ -26,9 +26,9 @@ type Volumes interface {
 func (s *server) initVolumeRoutes() {
 	s.handle(http.MethodGet, "/volumes", s.listVolumes)
 	s.handle(http.MethodGet, "/volumes/{name}", s.inspectVolume)
-	s.handle(http.MethodPost, "/volumes/create", s.createVolume)
+	s.handle(http.MethodPost, "/volumes/create", outlives(s.createVolume))
 	s.handle(http.MethodPost, "/volumes/prune", s.pruneVolumes)
-	s.handle(http.MethodDelete, "/volumes/{name}", s.removeVolume)
+	s.handle(http.MethodDelete, "/volumes/{name}", outlives(s.removeVolume))
 }
 
 func (s *server) volumes() (Volumes, error) {
