@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/husk-vm/husk/e2e/testimages"
+)
+
+// hangUpAfter sends one API request to the daemon at host and closes the
+// connection without reading the answer, as a client that is interrupted
+// or times out right after asking does.
+func hangUpAfter(t *testing.T, host, method, path string) {
+	t.Helper()
+	c, err := net.Dial("unix", strings.TrimPrefix(host, "unix://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: docker\r\nContent-Length: 0\r\n\r\n", method, path); err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+}
+
+// TestClientGoneMidRequest: a container's start, stop and restart are
+// carried out even when the client hangs up right after asking. dockerd
+// carries them out (its daemon's calls for them take no context), and
+// clients count on it: an interrupted `docker stop` still stops the
+// container, a start whose client timed out still starts it. It runs
+// against the reference dockerd too when the supervisor has one.
+func TestClientGoneMidRequest(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	daemons := []struct{ kind, host string }{{string(suite.Kind), suite.DockerHost}}
+	if suite.Kind == "huskd" {
+		if refHost, err := control.query("reference"); err == nil {
+			daemons = append(daemons, struct{ kind, host string }{"dockerd", refHost})
+		} else {
+			t.Logf("huskd only: no reference dockerd: %v", err)
+		}
+	}
+	for _, d := range daemons {
+		t.Run(d.kind, func(t *testing.T) {
+			cli := func(args ...string) string {
+				t.Helper()
+				r := cliAt(t, d.host, nil, args...)
+				if r.Code != 0 {
+					t.Fatalf("docker %s on %s: exit %d: %s", strings.Join(args, " "), d.kind, r.Code, r.Stderr)
+				}
+				return strings.TrimSpace(r.Stdout)
+			}
+			if r := cliAt(t, d.host, nil, "image", "inspect", img); r.Code != 0 {
+				cli("pull", img)
+			}
+			name := func(suffix string) string {
+				n := namePrefix(t) + suffix
+				t.Cleanup(func() { cliAt(t, d.host, nil, "rm", "-f", n) })
+				return n
+			}
+			state := func(n string) string { return cli("inspect", "-f", "{{.State.Status}} {{.State.StartedAt}}", n) }
+
+			started := name("-start")
+			cli("create", "--name", started, img, "sleep", "600")
+			hangUpAfter(t, d.host, "POST", "/containers/"+started+"/start")
+
+			stopped := name("-stop")
+			cli("run", "-d", "--name", stopped, img, "sleep", "600")
+			hangUpAfter(t, d.host, "POST", "/containers/"+stopped+"/stop?t=1")
+
+			restarted := name("-restart")
+			cli("run", "-d", "--name", restarted, img, "sleep", "600")
+			before := state(restarted)
+			hangUpAfter(t, d.host, "POST", "/containers/"+restarted+"/restart?t=1")
+
+			eventually(t, started+" started", func() string {
+				if s := state(started); !strings.HasPrefix(s, "running ") {
+					return s
+				}
+				return ""
+			})
+			eventually(t, stopped+" stopped", func() string {
+				if s := state(stopped); !strings.HasPrefix(s, "exited ") {
+					return s
+				}
+				return ""
+			})
+			eventually(t, restarted+" restarted", func() string {
+				if s := state(restarted); !strings.HasPrefix(s, "running ") || s == before {
+					return fmt.Sprintf("%s (before the restart: %s)", s, before)
+				}
+				return ""
+			})
+		})
+	}
+}
