@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -144,20 +145,36 @@ func TestReleaseBootImagesQMP(t *testing.T) {
 
 // TestOwnCommandsRemembered checks that once a binary's QEMU has said it
 // has no such command, the binary's other VMs are not asked again, while
-// another binary's still are, and that other refusals teach nothing.
+// another binary's still are, and that other refusals teach nothing. The
+// machines' processes are stand-ins: what is known of a binary is keyed
+// by the file its process runs.
 func TestOwnCommandsRemembered(t *testing.T) {
 	ok := `{"return": {}, "id": $ID}`
 	notFound := `{"error": {"class": "CommandNotFound", "desc": "The command x-husk-release-boot-images has not been found"}, "id": $ID}`
 	generic := `{"error": {"class": "GenericError", "desc": "the VM may reset"}, "id": $ID}`
-	debian := fileID{path: "/usr/bin/qemu-system-x86_64", ino: 1}
-	minimal := fileID{path: "/var/cache/husk/qemu/bin/qemu-system-x86_64", ino: 2}
-	var own ownCommands
-	// ask has a VM of bin ask for the release, its QEMU answering reply
-	// ("" for no QEMU at all), and reports whether it was asked.
-	ask := func(bin fileID, reply string) (error, bool) {
+	running := func(name string, args ...string) int {
 		t.Helper()
-		m := newMachine(t.TempDir(), nil, 42, slog.New(slog.DiscardHandler))
-		m.knowBinary(&own, bin, nil)
+		cmd := exec.Command(name, args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	// Two processes of one binary, as two VMs of one QEMU, and one of
+	// another.
+	debian, debian2, minimal := running("sleep", "60"), running("sleep", "60"), running("tail", "-f", "/dev/null")
+	var own ownCommands
+	machine := func(pid int) *Machine {
+		m := newMachine(t.TempDir(), nil, pid, slog.New(slog.DiscardHandler))
+		m.own = &own
+		return m
+	}
+	// ask has the VM of pid ask for the release, its QEMU answering reply
+	// ("" for no QEMU at all), and reports whether it was asked.
+	ask := func(pid int, reply string) (error, bool) {
+		t.Helper()
+		m := machine(pid)
 		var seen <-chan []string
 		if reply != "" {
 			seen = fakeQMP(t, m.path(qmpSocket), map[string][]string{"qmp_capabilities": {ok}, ReleaseBootImagesCommand: {reply}})
@@ -170,30 +187,32 @@ func TestOwnCommandsRemembered(t *testing.T) {
 	}
 	steps := []struct {
 		name        string
-		bin         fileID
+		pid         int
 		reply       string
 		wantAsked   bool
 		unsupported bool
 	}{
 		{"a refusal for another reason", debian, generic, true, false},
 		{"asked again after it", debian, notFound, true, false},
-		{"not asked once known", debian, "", false, true},
+		{"not asked once known", debian2, "", false, true},
 		{"another binary is asked", minimal, ok, true, false},
 		{"and again, having answered", minimal, ok, true, false},
 	}
 	for _, s := range steps {
-		err, asked := ask(s.bin, s.reply)
+		err, asked := ask(s.pid, s.reply)
 		if asked != s.wantAsked || errors.Is(err, errors.ErrUnsupported) != s.unsupported {
 			t.Errorf("%s: asked %v, err %v; want asked %v, unsupported %v", s.name, asked, err, s.wantAsked, s.unsupported)
 		}
 	}
-	// A VM whose binary is unknown is always asked.
-	m := newMachine(t.TempDir(), nil, 42, slog.New(slog.DiscardHandler))
-	m.knowBinary(&own, debian, errors.New("no such file"))
-	if err := m.lacking(ReleaseBootImagesCommand); err != nil {
-		t.Errorf("a VM of an unknown binary: %v", err)
-	}
-	if err := m.lacking(ReleaseCommand); err != nil {
+	if err := machine(debian).lacking(ReleaseCommand); err != nil {
 		t.Errorf("a command never refused: %v", err)
+	}
+	// A VM whose binary cannot be told (its process is gone) is asked.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := machine(gone.Process.Pid).lacking(ReleaseBootImagesCommand); err != nil {
+		t.Errorf("a VM of an unknown binary: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 )
@@ -14,38 +13,31 @@ import (
 // QEMU `make qemu` builds has them, and Debian's binary, the default,
 // refused the boot images' release after every cold boot: a monitor
 // connection, a refusal and a debug line each time, beside the
-// container's setup. A binary is known by its fileID, so a rebuilt or
-// upgraded one is asked afresh.
+// container's setup. A binary is known by the fileID of the file its
+// QEMU runs, so a rebuilt or upgraded one is asked afresh.
 type ownCommands struct {
 	mu      sync.Mutex
-	missing map[fileID]map[string]bool
+	missing map[binaryCommand]bool
 }
 
-func (c *ownCommands) lacks(bin fileID, cmd string) bool {
+type binaryCommand struct {
+	bin fileID
+	cmd string
+}
+
+func (c *ownCommands) lacks(k binaryCommand) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.missing[bin][cmd]
+	return c.missing[k]
 }
 
-func (c *ownCommands) note(bin fileID, cmd string) {
+func (c *ownCommands) note(k binaryCommand) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.missing == nil {
-		c.missing = map[fileID]map[string]bool{}
+		c.missing = map[binaryCommand]bool{}
 	}
-	if c.missing[bin] == nil {
-		c.missing[bin] = map[string]bool{}
-	}
-	c.missing[bin][cmd] = true
-}
-
-// binaryID is the file the driver's QEMU binary resolves to now.
-func (d *Driver) binaryID() (fileID, error) {
-	path, err := exec.LookPath(d.binary)
-	if err != nil {
-		return fileID{}, err
-	}
-	return statFile(path)
+	c.missing[k] = true
 }
 
 // runningBinaryID is the file a running QEMU was started from; it fails
@@ -58,19 +50,17 @@ func runningBinaryID(pid int) (fileID, error) {
 	return statFile(path)
 }
 
-// knowBinary lets m consult and add to what the driver knows of its
-// binary's commands; without it m asks QEMU every time.
-func (m *Machine) knowBinary(own *ownCommands, bin fileID, err error) {
-	if err != nil {
-		return
-	}
-	m.own, m.binary = own, bin
-}
-
 // lacking returns an error wrapping errors.ErrUnsupported when m's binary
 // is known to lack cmd, and nil when it may have it.
 func (m *Machine) lacking(cmd string) error {
-	if m.own == nil || !m.own.lacks(m.binary, cmd) {
+	if m.own == nil {
+		return nil
+	}
+	bin, err := runningBinaryID(m.pid)
+	if err != nil {
+		return nil
+	}
+	if !m.own.lacks(binaryCommand{bin, cmd}) {
 		return nil
 	}
 	return fmt.Errorf("qemu %d: %s: %w", m.pid, cmd, errors.ErrUnsupported)
@@ -81,7 +71,12 @@ func (m *Machine) lacking(cmd string) error {
 // translation release) say nothing of the binary.
 func (m *Machine) noteRefusal(cmd string, err error) {
 	var qe *QMPError
-	if m.own != nil && errors.As(err, &qe) && qe.Class == "CommandNotFound" {
-		m.own.note(m.binary, cmd)
+	if m.own == nil || !errors.As(err, &qe) || qe.Class != "CommandNotFound" {
+		return
 	}
+	bin, err := runningBinaryID(m.pid)
+	if err != nil {
+		return
+	}
+	m.own.note(binaryCommand{bin, cmd})
 }

@@ -370,8 +370,6 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 		closeAll(disks)
 		return nil, fmt.Errorf("create qemu log: %w", err)
 	}
-	// The file exec is about to run, for what the driver learns of it.
-	bin, binErr := d.binaryID()
 	// Not CommandContext: the VMM must outlive the request and the daemon.
 	cmd := exec.Command(d.binary, args...)
 	cmd.Dir = dir
@@ -390,7 +388,7 @@ func (d *Driver) launch(ctx context.Context, cfg vmm.Config, spec argSpec) (*Mac
 	log.Debug("qemu started", "args", args)
 	m := newMachine(dir, dirFD, cmd.Process.Pid, log)
 	m.signal = func(sig syscall.Signal) error { return cmd.Process.Signal(sig) }
-	m.knowBinary(&d.own, bin, binErr)
+	m.own = &d.own
 	l := d.layoutOf(cfg, spec.netSlots)
 	l.CPU, l.Firmware = spec.cpu, spec.firmware
 	m.layout = &l
@@ -964,8 +962,7 @@ func (d *Driver) Reattach(ctx context.Context, dir string) (vmm.Machine, error) 
 	log := d.log.With("dir", dir, "pid", pid)
 	m := newMachine(dir, dirFD, pid, log)
 	m.pidfd = pidfd
-	bin, binErr := runningBinaryID(pid)
-	m.knowBinary(&d.own, bin, binErr)
+	m.own = &d.own
 	if b, err := os.ReadFile(filepath.Join(dir, layoutFile)); err == nil {
 		var l layout
 		if json.Unmarshal(b, &l) == nil {
@@ -1041,10 +1038,9 @@ type Machine struct {
 	// mediaActive: media inserted now need no activateMedia, because the
 	// VM was started rather than restored, or has been activated since.
 	mediaActive bool
-	// own and binary: what the driver knows of the commands of the QEMU
-	// binary the VM runs (knowBinary); own is nil when that is unknown.
-	own    *ownCommands
-	binary fileID
+	// own is what the driver knows of its binaries' commands; nil, the
+	// VM's QEMU is asked every time.
+	own *ownCommands
 }
 
 var _ vmm.Machine = (*Machine)(nil)
