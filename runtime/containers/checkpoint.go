@@ -428,7 +428,7 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 		return nil, err
 	}
 
-	vmDir := filepath.Join(c.dir, "vm")
+	vmDir := c.vmDir()
 	if err := os.MkdirAll(vmDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create vm dir: %w", err)
 	}

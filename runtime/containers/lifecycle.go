@@ -224,7 +224,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, 
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("base disk of %s: %w", c.rec.ImageID, err)
 	}
-	vmDir := filepath.Join(c.dir, "vm")
+	vmDir := c.vmDir()
 	if err := os.MkdirAll(vmDir, 0o700); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("create vm dir: %w", err)
 	}
@@ -806,9 +806,34 @@ func (m *Manager) Restore(ctx context.Context) {
 			}
 			// Recorded, or the VM runs on: the checkpoint did not stop it.
 			c.dropCheckpointExitNote()
+		} else {
+			c.killStrayVM(ctx)
 		}
 		c.mu.Unlock()
 	}
+}
+
+// vmDir is where the container's VMM runs, whether booted, restored
+// from a template or from a checkpoint.
+func (c *ctr) vmDir() string { return filepath.Join(c.dir, "vm") }
+
+// killStrayVM ends a VMM left running for a container recorded as not
+// running: one the previous daemon died while starting, before it
+// recorded the container running. Nothing else would end it, and the
+// container's next start would find its VM directory taken. Callers
+// hold c.mu.
+func (c *ctr) killStrayVM(ctx context.Context) {
+	if c.m.guest.Driver == nil {
+		return
+	}
+	vmDir := c.vmDir()
+	machine, err := c.m.guest.Driver.Reattach(ctx, vmDir)
+	if err != nil {
+		return
+	}
+	c.m.log.Warn("killing the VM of a start the previous daemon did not finish", "id", c.rec.ID[:12], "vmm_pid", machine.PID())
+	killVM(machine)
+	c.m.findShares(vmDir).kill(c.m.log)
 }
 
 // lostState is the state of a container whose VM is gone after a daemon
