@@ -9,7 +9,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/husk-vm/husk/e2e/harness"
 	"github.com/husk-vm/husk/e2e/testimages"
+	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // inspected is the part of `docker inspect`'s JSON the tests check.
@@ -295,6 +297,48 @@ func TestDaemonCrashKeepsContainerRunning(t *testing.T) {
 		t.Errorf("after stop: %q, want \"exited 137\"", got)
 	}
 	mustDocker(t, "rm", name)
+}
+
+// TestDaemonCrashMidStart: a daemon killed while it boots a container's
+// VM leaves that VM's QEMU running, with the container recorded as
+// created. The next daemon ends it, so that nothing of the start is left
+// running and the container starts again (with the QEMU left there, the
+// start failed: "QEMU ... already runs in ...").
+func TestDaemonCrashMidStart(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != "huskd" {
+		t.Skip("the VMM is husk's")
+	}
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	id := strings.TrimSpace(mustDocker(t, "create", "--name", name, "--label", containers.BootLabel+"=cold", img, "sleep", "600"))
+	short := id[:12]
+	hangUpAfter(t, suite.DockerHost, "POST", "/containers/"+name+"/start")
+	// A cold boot takes seconds under TCG: the crash lands between QEMU's
+	// start and the container's.
+	eventually(t, "the container's QEMU started", func() string {
+		if !daemonLogHas(t, `msg="qemu started"`, "vm="+short) {
+			return "no \"qemu started\" line for " + short
+		}
+		return ""
+	})
+	crashDaemon(t)
+	if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Status}}", name)); got != "created" {
+		t.Fatalf("after a crash during its start %s is %s, want created (did the crash come after the start?)", name, got)
+	}
+	left, err := harness.ProcessesMentioning("process=husk-" + short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range left {
+		t.Errorf("the QEMU of the start the crash interrupted still runs: pid %d: %s", p.PID, p.Cmdline)
+	}
+	if !daemonLogHas(t, "killing the VM of a start the previous daemon did not finish", "id="+short) {
+		t.Errorf("no line saying the daemon killed %s's VM", short)
+	}
+	mustDocker(t, "start", name)
+	mustDocker(t, "exec", name, "true")
+	mustDocker(t, "rm", "-f", name)
 }
 
 // TestDeadVMMIsReported: when a container's VMM dies under it, the
