@@ -108,8 +108,11 @@ type Cgroups interface {
 	SetPidsLimit(limit int64) error
 	// Adopt moves the container's processes that run outside the cgroup
 	// into it: a limit set by docker update on a container started
-	// without one.
+	// without one, or a freeze.
 	Adopt() error
+	// Freeze freezes the cgroup's processes, returning once all are
+	// frozen, or thaws them.
+	Freeze(ctx context.Context, frozen bool) error
 }
 
 // Agent serves the protocol of package proto for one machine. Its processes
@@ -127,8 +130,11 @@ type Agent struct {
 	// cgroupDir is the container's cgroup (Options.Cgroups); "" without
 	// one.
 	cgroupDir string
-	procs     map[string]*process
-	warming   bool // an OpWarm is under way
+	// frozen says OpFreeze froze the container's cgroup: a restored
+	// copy's processes stay frozen until the host thaws them.
+	frozen  bool
+	procs   map[string]*process
+	warming bool // an OpWarm is under way
 	// network is what the guest's interfaces were last given (by the
 	// setup or a refresh); nil when unknown, as after an interface was
 	// added or removed. A refresh that asks for the same skips the
@@ -389,7 +395,7 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 			}
 		}
 		if err := a.awaitReseed(ctx, sess.CloseChan()); err != nil {
-			return err
+			return fmt.Errorf("start: %w", err)
 		}
 		p, err := a.start(req.ID, *req.Process)
 		if err != nil {
@@ -421,6 +427,11 @@ func (a *Agent) dispatch(ctx context.Context, sess *yamux.Session, s *stream, re
 		return s.respond(proto.Response{})
 	case proto.OpLimits:
 		if err := a.setLimits(req.Limits); err != nil {
+			return err
+		}
+		return s.respond(proto.Response{})
+	case proto.OpFreeze:
+		if err := a.freeze(ctx, req.Freeze, sess.CloseChan()); err != nil {
 			return err
 		}
 		return s.respond(proto.Response{})

@@ -3,12 +3,15 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -104,6 +107,97 @@ func (g GuestCgroups) Adopt() error {
 			return nil
 		}
 	}
+	return nil
+}
+
+// Freeze writes the group's cgroup.freeze. A freeze takes effect process
+// by process, so it then waits for cgroup.events to say the whole group is
+// frozen; a thaw takes effect at once.
+func (g GuestCgroups) Freeze(ctx context.Context, frozen bool) error {
+	v := "0"
+	if frozen {
+		v = "1"
+	}
+	if err := os.WriteFile(filepath.Join(g.group(), "cgroup.freeze"), []byte(v), 0); err != nil {
+		return fmt.Errorf("write cgroup.freeze: %w", err)
+	}
+	if !frozen {
+		return nil
+	}
+	events := filepath.Join(g.group(), "cgroup.events")
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		b, err := os.ReadFile(events)
+		if err != nil {
+			return fmt.Errorf("read cgroup.events: %w", err)
+		}
+		if slices.Contains(strings.Split(string(b), "\n"), "frozen 1") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the container's processes to freeze: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// freezeTimeout bounds a freeze: a process in an uninterruptible sleep
+// (a disk or a FUSE server that does not answer) does not freeze until it
+// wakes, and a checkpoint had better fail than wait for it.
+const freezeTimeout = 10 * time.Second
+
+// freeze carries out OpFreeze. The first freeze puts every process of the
+// container in its cgroup, making the group if no limit has made it (at
+// the price of a move per process, paid here rather than at every start). A thaw waits for the last refresh's RNG reseed, so that a
+// restored copy's processes draw their own numbers from the start.
+func (a *Agent) freeze(ctx context.Context, spec *proto.FreezeSpec, sessionClosed <-chan struct{}) error {
+	if spec == nil {
+		return &agentError{proto.KindInvalid, "freeze: missing spec"}
+	}
+	if !spec.Frozen {
+		if err := a.awaitReseed(ctx, sessionClosed); err != nil {
+			return fmt.Errorf("thaw: %w", err)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !spec.Frozen {
+		if !a.frozen {
+			return nil
+		}
+		if err := a.opts.Cgroups.Freeze(ctx, false); err != nil {
+			return fmt.Errorf("thaw: %w", err)
+		}
+		a.frozen = false
+		return nil
+	}
+	if a.root == "" {
+		return nil // no container: nothing runs but the agent
+	}
+	if a.opts.Cgroups == nil {
+		return &agentError{proto.KindInvalid, "freeze: this agent keeps no cgroups"}
+	}
+	if a.cgroupDir == "" {
+		dir, err := a.opts.Cgroups.Create(0)
+		if err != nil {
+			return fmt.Errorf("freeze: %w", err)
+		}
+		// From here on the container's processes start in the group, and
+		// their children are born in it.
+		a.cgroupDir = dir
+		if err := a.opts.Cgroups.Adopt(); err != nil {
+			return fmt.Errorf("freeze: %w", err)
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
+	defer cancel()
+	if err := a.opts.Cgroups.Freeze(fctx, true); err != nil {
+		if terr := a.opts.Cgroups.Freeze(context.WithoutCancel(ctx), false); terr != nil {
+			a.log.Warn("thaw after a failed freeze", "err", terr)
+		}
+		return fmt.Errorf("freeze: %w", err)
+	}
+	a.frozen = true
 	return nil
 }
 

@@ -166,18 +166,15 @@ func (a *Agent) awaitReseed(ctx context.Context, sessionClosed <-chan struct{}) 
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return fmt.Errorf("start: wait for the RNG's reseed: %w", ctx.Err())
+			return fmt.Errorf("wait for the RNG's reseed: %w", ctx.Err())
 		case <-sessionClosed:
-			return errors.New("start: the session ended before the RNG's reseed")
+			return errors.New("the session ended before the RNG's reseed")
 		}
 		a.mu.Lock()
 		latest, err := a.reseeded == done, a.reseedErr
 		a.mu.Unlock()
 		if latest {
-			if err != nil {
-				return fmt.Errorf("start: %w", err)
-			}
-			return nil
+			return err
 		}
 	}
 }

@@ -3,7 +3,9 @@ package host
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/husk-vm/husk/shim/proto"
@@ -50,4 +52,28 @@ func (c *Client) Refresh(ctx context.Context, spec proto.RefreshSpec) error {
 func (c *Client) SetLimits(ctx context.Context, spec proto.LimitsSpec) error {
 	_, err := c.simple(ctx, proto.Request{Op: proto.OpLimits, Limits: &spec})
 	return err
+}
+
+// Freeze freezes the container's processes, or thaws them (proto.OpFreeze);
+// a thaw waits for the last refresh's reseed. An agent from before the op
+// answers with an error wrapping errors.ErrUnsupported: it froze nothing,
+// so it has nothing to thaw either.
+func (c *Client) Freeze(ctx context.Context, frozen bool) error {
+	_, err := c.simple(ctx, proto.Request{Op: proto.OpFreeze, Freeze: &proto.FreezeSpec{Frozen: frozen}})
+	if unknownOp(err) {
+		return fmt.Errorf("freeze: the guest's agent predates it: %w", errors.ErrUnsupported)
+	}
+	return err
+}
+
+// unknownOp says err is how an agent answers an op it does not know: today's
+// agents say so, and older ones looked for a process of the request's empty
+// ID.
+func unknownOp(err error) bool {
+	var ae *AgentError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.Kind == proto.KindInvalid && strings.HasPrefix(ae.Message, "unknown op ") ||
+		ae.Kind == proto.KindNoProcess && ae.Message == "no such process: "
 }

@@ -92,6 +92,8 @@ type Request struct {
 	Limits *LimitsSpec `json:"limits,omitempty"`
 	// Clock is the argument of OpClock.
 	Clock *ClockSpec `json:"clock,omitempty"`
+	// Freeze is the argument of OpFreeze.
+	Freeze *FreezeSpec `json:"freeze,omitempty"`
 }
 
 // OutputSpec says how an output attachment hands bytes over.
