@@ -98,10 +98,6 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 	start := time.Now()
 	man, err := m.checkpoint(ctx, c, r, dir, req.CheckpointID, !req.Exit)
 	if err != nil {
-		// The container goes on as it was.
-		if rerr := c.resumeVM(context.WithoutCancel(ctx), r); rerr != nil {
-			m.log.Error("resume after failed checkpoint", "id", c.rec.ID[:12], "err", rerr)
-		}
 		c.mu.Unlock()
 		if errdefs.IsAlreadyExists(err) {
 			return errdefs.ErrUnknown.WithMessage(fmt.Sprintf("cannot checkpoint container %s: checkpoint with name %s already exists for container %s", ref, req.CheckpointID, ref))
@@ -136,9 +132,11 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 // checkpoint writes the checkpoint with the VM paused. With resume, the VM
 // runs again once its files are written, while they are hashed and
 // synced (~80 ms for a 256 MiB guest here): a container left running was
-// paused for ~280 ms of a ~290 ms checkpoint, and is now for ~200.
-// Callers hold c.mu and resume the VM if it fails.
-func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoints.Dir, name string, resume bool) (checkpoints.Manifest, error) {
+// paused for ~280 ms of a ~290 ms checkpoint, and is now for ~200. The
+// container's processes are frozen across the snapshot
+// (freezeForSnapshot). Callers hold c.mu; if the checkpoint fails, the
+// container goes on as it was.
+func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoints.Dir, name string, resume bool) (_ checkpoints.Manifest, err error) {
 	g := m.guest
 	version, err := g.Driver.Version(ctx)
 	if err != nil {
@@ -148,6 +146,22 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 	if err != nil {
 		return checkpoints.Manifest{}, err
 	}
+	frozen, err := c.freezeForSnapshot(ctx, r)
+	if err != nil {
+		return checkpoints.Manifest{}, err
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		bg := context.WithoutCancel(ctx)
+		if rerr := c.resumeVM(bg, r); rerr != nil {
+			m.log.Error("resume after failed checkpoint", "id", c.rec.ID[:12], "err", rerr)
+		}
+		if frozen {
+			c.thaw(bg, r)
+		}
+	}()
 	return dir.Create(ctx, name, func(tmp string) (checkpoints.Manifest, error) {
 		if err := r.machine.Pause(ctx); err != nil {
 			return checkpoints.Manifest{}, fmt.Errorf("pause: %w", err)
@@ -166,9 +180,18 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 		}
 		m.log.Debug("checkpoint files written", "id", c.rec.ID[:12], "snapshot", t1.Sub(t0), "disk", time.Since(t1))
 		if resume {
-			if err := c.resumeVM(ctx, r); err != nil {
+			if err := r.machine.Resume(ctx); err != nil {
 				return checkpoints.Manifest{}, fmt.Errorf("resume after checkpoint: %w", err)
 			}
+			// The container runs on from here, as the files are hashed
+			// and synced. It is the snapshot's original and needs no
+			// reseed of its own, so the thaw comes before the clock's
+			// refresh, which would make it wait for one.
+			if frozen {
+				c.thaw(ctx, r)
+				frozen = false
+			}
+			c.freshenResumed(ctx, r)
 		}
 		return checkpoints.Manifest{
 			VMM:         checkpoints.VMM{Kind: g.Driver.Name(), Version: version},
@@ -182,6 +205,41 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			CPUs:        cpus(c.rec.HostConfig, g.CPUs),
 		}, nil
 	})
+}
+
+// freezeForSnapshot freezes the container's processes before its VM is
+// snapshot (proto.OpFreeze) and says whether it did: a restored copy's
+// processes then wait for its refresh, where they would otherwise run on
+// the snapshot's clock and RNG state, the same in every copy, until it
+// came. A paused container's agent cannot answer, and an agent older than
+// the op cannot freeze: their snapshots are taken as they are. A freeze
+// that fails fails the checkpoint, as CRIU's does.
+func (c *ctr) freezeForSnapshot(ctx context.Context, r *run) (bool, error) {
+	if c.rec.State.Paused {
+		return false, nil
+	}
+	start := time.Now()
+	err := r.client.Freeze(ctx, true)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		c.m.log.Debug("snapshot without a freeze", "id", c.rec.ID[:12], "err", err)
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("freeze the container's processes: %w", err)
+	}
+	c.m.log.Debug("froze the container for a snapshot", "id", c.rec.ID[:12], "took", time.Since(start))
+	return true, nil
+}
+
+// thaw thaws the processes freezeForSnapshot froze. A container that
+// cannot be thawed is stuck, which only a restart mends; it is logged.
+func (c *ctr) thaw(ctx context.Context, r *run) {
+	start := time.Now()
+	if err := r.client.Freeze(ctx, false); err != nil {
+		c.m.log.Error("thaw the container's processes after a snapshot", "id", c.rec.ID[:12], "err", err)
+		return
+	}
+	c.m.log.Debug("thawed the container after a snapshot", "id", c.rec.ID[:12], "took", time.Since(start))
 }
 
 // CheckpointList lists the complete checkpoints of a container, or those
@@ -506,6 +564,11 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 			_ = client.Close()
 		}
 	}()
+	// The snapshot's processes were frozen for it (freezeForSnapshot); they
+	// run from here, with the copy's own clock and RNG.
+	if err := client.Freeze(readyCtx, false); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return nil, fmt.Errorf("thaw the restored container's processes: %w", err)
+	}
 	m.log.Debug("checkpoint restored", "id", c.rec.ID[:12], "verify_wait", verifyWait, "connect_refresh", time.Since(restored))
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}
 	if c.rec.Config.OpenStdin {

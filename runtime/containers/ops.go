@@ -126,10 +126,15 @@ func (c *ctr) resumeVM(ctx context.Context, r *run) error {
 	if err := r.machine.Resume(ctx); err != nil {
 		return err
 	}
+	c.freshenResumed(ctx, r)
+	return nil
+}
+
+// freshenResumed sets a resumed guest's clock (resumeVM).
+func (c *ctr) freshenResumed(ctx context.Context, r *run) {
 	if err := r.client.Freshen(ctx, nil); err != nil {
 		c.m.log.Warn("set the resumed guest's clock", "id", c.rec.ID[:12], "err", err)
 	}
-	return nil
 }
 
 // resumeForSignal resumes a paused container before it is signalled: a
