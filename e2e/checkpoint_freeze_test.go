@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/husk-vm/husk/e2e/testimages"
 )
@@ -87,4 +88,37 @@ func TestForksDrawTheirOwnNumbers(t *testing.T) {
 	if compared == 0 {
 		t.Fatalf("no draw of %s's first five (%v) is in %s's or the source's log", forks[0], aOrder[:5], forks[1])
 	}
+}
+
+// TestCheckpointKeepsPausedContainerPaused: a checkpoint that leaves a
+// paused container running leaves it paused, its processes stopped, until
+// docker unpause.
+func TestCheckpointKeepsPausedContainerPaused(t *testing.T) {
+	requireHusk(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, img, "sh", "-c", drawLoop)
+	eventually(t, name+" draws", func() string {
+		if _, order := draws(t, name); len(order) < 5 {
+			return "fewer than 5 lines yet"
+		}
+		return ""
+	})
+	mustDocker(t, "pause", name)
+	mustDocker(t, "checkpoint", "create", "--leave-running", name, "cp")
+	if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Status}} {{.State.Paused}}", name)); got != "paused true" {
+		t.Fatalf("after the checkpoint the container is %q, want paused", got)
+	}
+	_, before := draws(t, name)
+	time.Sleep(time.Second)
+	if _, after := draws(t, name); len(after) != len(before) {
+		t.Fatalf("a paused container printed %d lines after its checkpoint", len(after)-len(before))
+	}
+	mustDocker(t, "unpause", name)
+	eventually(t, name+" draws again after unpause", func() string {
+		if _, after := draws(t, name); len(after) <= len(before) {
+			return "no new line"
+		}
+		return ""
+	})
 }

@@ -132,10 +132,10 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 // checkpoint writes the checkpoint with the VM paused. With resume, the VM
 // runs again once its files are written, while they are hashed and
 // synced (~80 ms for a 256 MiB guest here): a container left running was
-// paused for ~280 ms of a ~290 ms checkpoint, and is now for ~200. The
-// container's processes are frozen across the snapshot
-// (freezeForSnapshot). Callers hold c.mu; if the checkpoint fails, the
-// container goes on as it was.
+// paused for ~280 ms of a ~290 ms checkpoint, and is now for ~200. A
+// container paused by docker pause stays paused. The container's
+// processes are frozen across the snapshot (freezeForSnapshot). Callers
+// hold c.mu; if the checkpoint fails, the container goes on as it was.
 func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoints.Dir, name string, resume bool) (_ checkpoints.Manifest, err error) {
 	g := m.guest
 	version, err := g.Driver.Version(ctx)
@@ -146,12 +146,13 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 	if err != nil {
 		return checkpoints.Manifest{}, err
 	}
+	paused := c.rec.State.Paused
 	frozen, err := c.freezeForSnapshot(ctx, r)
 	if err != nil {
 		return checkpoints.Manifest{}, err
 	}
 	defer func() {
-		if err == nil {
+		if err == nil || paused {
 			return
 		}
 		bg := context.WithoutCancel(ctx)
@@ -179,7 +180,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			return checkpoints.Manifest{}, fmt.Errorf("copy upper disk: %w", err)
 		}
 		m.log.Debug("checkpoint files written", "id", c.rec.ID[:12], "snapshot", t1.Sub(t0), "disk", time.Since(t1))
-		if resume {
+		if resume && !paused {
 			if err := r.machine.Resume(ctx); err != nil {
 				return checkpoints.Manifest{}, fmt.Errorf("resume after checkpoint: %w", err)
 			}
