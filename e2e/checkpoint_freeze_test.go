@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,42 +10,57 @@ import (
 	"github.com/husk-vm/husk/e2e/testimages"
 )
 
-// drawLoop prints a counter and 8 bytes of /dev/urandom every 20 ms.
-const drawLoop = `i=0; while :; do i=$((i+1)); echo $i $(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); sleep 0.02; done`
+// drawLoop prints, every 20 ms, a counter, the hostname in /etc/hostname
+// (which a restored copy's refresh rewrites) and then 8 bytes of
+// /dev/urandom, so that a line tells whether it was made before or after
+// the copy's refresh.
+const drawLoop = `i=0; while :; do i=$((i+1)); read h < /etc/hostname; echo $i $h $(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n'); sleep 0.02; done`
 
-// draws reads drawLoop's lines from a container's log: the bytes each
-// counter drew.
-func draws(t *testing.T, name string) (map[string]string, []string) {
+// draw is one line of drawLoop.
+type draw struct{ count, host, value string }
+
+// draws reads drawLoop's lines from a container's log.
+func draws(t *testing.T, name string) []draw {
 	t.Helper()
-	byCount := map[string]string{}
-	var order []string
+	var out []draw
 	for _, line := range strings.Split(strings.TrimSpace(mustDocker(t, "logs", name)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
+		if f := strings.Fields(line); len(f) == 3 {
+			out = append(out, draw{f[0], f[1], f[2]})
 		}
-		byCount[f[0]] = f[1]
-		order = append(order, f[0])
 	}
-	return byCount, order
+	return out
+}
+
+// waitDraws waits for n lines of drawLoop in a container's log.
+func waitDraws(t *testing.T, name string, n int) []draw {
+	t.Helper()
+	var got []draw
+	eventually(t, fmt.Sprintf("%s draws %d times", name, n), func() string {
+		if got = draws(t, name); len(got) < n {
+			return fmt.Sprintf("%d lines", len(got))
+		}
+		return ""
+	})
+	return got
 }
 
 // TestForksDrawTheirOwnNumbers: the processes of copies restored from one
-// checkpoint draw different random numbers from their first draw after the
-// restore. They were frozen for the snapshot and thawed only once each
-// copy's RNG was reseeded; without the freeze they ran on the snapshot's
-// RNG state, every copy's first draws the same.
+// checkpoint run only once each copy has been refreshed, and from then on
+// draw random numbers no other copy draws. They are frozen for the
+// snapshot and thawed after the copy's refresh and reseed; before, a
+// fork's first lines were made on the snapshot's RNG state and identity.
+//
+// Only one line of a fork may show the source's hostname: the one its loop
+// was making when the freeze came, whose hostname (and maybe draw) it had
+// read before the snapshot. Every line after it must show the fork's own
+// hostname, and a draw that neither the other fork nor the source drew.
 func TestForksDrawTheirOwnNumbers(t *testing.T) {
 	requireHusk(t)
 	img := pulled(t, testimages.Busybox)
 	src := containerName(t, "-src")
 	mustDocker(t, "run", "-d", "--name", src, img, "sh", "-c", drawLoop)
-	eventually(t, src+" draws", func() string {
-		if _, order := draws(t, src); len(order) < 10 {
-			return "fewer than 10 lines yet"
-		}
-		return ""
-	})
+	srcHost := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", src))
+	waitDraws(t, src, 10)
 	mustDocker(t, "checkpoint", "create", "--leave-running", src, "cp")
 	cmd := exec.Command(huskCLI(t), "fork", src, "--checkpoint", "cp", "-n", "2")
 	cmd.Env = dockerEnv()
@@ -60,33 +76,36 @@ func TestForksDrawTheirOwnNumbers(t *testing.T) {
 	for _, f := range forks {
 		t.Cleanup(func() { docker(t, "rm", "-f", f) })
 	}
+
+	drawn := map[string]map[string]bool{} // container → its draws
+	lines := map[string][]draw{}
 	for _, f := range forks {
-		eventually(t, f+" draws", func() string {
-			if _, order := draws(t, f); len(order) < 5 {
-				return "fewer than 5 lines yet"
-			}
-			return ""
-		})
+		lines[f] = waitDraws(t, f, 6)
 	}
-	// The source ran on past the snapshot from the same RNG state, so
-	// its lines with the forks' counters are one more copy to tell apart.
-	a, aOrder := draws(t, forks[0])
-	b, bOrder := draws(t, forks[1])
-	s, _ := draws(t, src)
-	t.Logf("first draws after the restore: %s %v, %s %v", forks[0], aOrder[:3], forks[1], bOrder[:3])
-	compared := 0
-	for _, n := range aOrder[:5] {
-		for other, drawn := range map[string]map[string]string{forks[1]: b, src: s} {
-			if v, ok := drawn[n]; ok {
-				compared++
-				if v == a[n] {
-					t.Errorf("draw %s: %s and %s both drew %s", n, forks[0], other, v)
+	lines[src] = draws(t, src)
+	for name, ds := range lines {
+		drawn[name] = map[string]bool{}
+		for _, d := range ds {
+			drawn[name][d.value] = true
+		}
+	}
+	for _, f := range forks {
+		host := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", f))
+		t.Logf("%s (%s), its first lines: %v", f, host, lines[f][:3])
+		for i, d := range lines[f] {
+			switch {
+			case d.host == srcHost && i == 0:
+				continue // made as the freeze came
+			case d.host != host:
+				t.Errorf("%s line %d %v: made with hostname %s, not the fork's %s", f, i, d, d.host, host)
+				continue
+			}
+			for other, values := range drawn {
+				if other != f && values[d.value] {
+					t.Errorf("%s line %d %v: %s drew %s too", f, i, d, other, d.value)
 				}
 			}
 		}
-	}
-	if compared == 0 {
-		t.Fatalf("no draw of %s's first five (%v) is in %s's or the source's log", forks[0], aOrder[:5], forks[1])
 	}
 }
 
@@ -98,25 +117,20 @@ func TestCheckpointKeepsPausedContainerPaused(t *testing.T) {
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
 	mustDocker(t, "run", "-d", "--name", name, img, "sh", "-c", drawLoop)
-	eventually(t, name+" draws", func() string {
-		if _, order := draws(t, name); len(order) < 5 {
-			return "fewer than 5 lines yet"
-		}
-		return ""
-	})
+	waitDraws(t, name, 5)
 	mustDocker(t, "pause", name)
 	mustDocker(t, "checkpoint", "create", "--leave-running", name, "cp")
 	if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Status}} {{.State.Paused}}", name)); got != "paused true" {
 		t.Fatalf("after the checkpoint the container is %q, want paused", got)
 	}
-	_, before := draws(t, name)
+	before := draws(t, name)
 	time.Sleep(time.Second)
-	if _, after := draws(t, name); len(after) != len(before) {
+	if after := draws(t, name); len(after) != len(before) {
 		t.Fatalf("a paused container printed %d lines after its checkpoint", len(after)-len(before))
 	}
 	mustDocker(t, "unpause", name)
 	eventually(t, name+" draws again after unpause", func() string {
-		if _, after := draws(t, name); len(after) <= len(before) {
+		if after := draws(t, name); len(after) <= len(before) {
 			return "no new line"
 		}
 		return ""
