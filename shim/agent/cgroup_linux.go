@@ -148,8 +148,9 @@ const freezeTimeout = 10 * time.Second
 
 // freeze carries out OpFreeze. The first freeze puts every process of the
 // container in its cgroup, making the group if no limit has made it (at
-// the price of a move per process, paid here rather than at every start). A thaw waits for the last refresh's RNG reseed, so that a
-// restored copy's processes draw their own numbers from the start.
+// the price of a move per process, paid here rather than at every start).
+// A thaw waits for the last refresh's RNG reseed, so that a restored
+// copy's processes draw their own numbers from the start.
 func (a *Agent) freeze(ctx context.Context, spec *proto.FreezeSpec, sessionClosed <-chan struct{}) error {
 	if spec == nil {
 		return &agentError{proto.KindInvalid, "freeze: missing spec"}
@@ -183,9 +184,11 @@ func (a *Agent) freeze(ctx context.Context, spec *proto.FreezeSpec, sessionClose
 			return fmt.Errorf("freeze: %w", err)
 		}
 		// From here on the container's processes start in the group, and
-		// their children are born in it.
+		// their children are born in it. Until the others are moved in,
+		// the next freeze must try again.
 		a.cgroupDir = dir
 		if err := a.opts.Cgroups.Adopt(); err != nil {
+			a.cgroupDir = ""
 			return fmt.Errorf("freeze: %w", err)
 		}
 	}
