@@ -62,20 +62,7 @@ func TestForksDrawTheirOwnNumbers(t *testing.T) {
 	srcHost := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Config.Hostname}}", src))
 	waitDraws(t, src, 10)
 	mustDocker(t, "checkpoint", "create", "--leave-running", src, "cp")
-	cmd := exec.Command(huskCLI(t), "fork", src, "--checkpoint", "cp", "-n", "2")
-	cmd.Env = dockerEnv()
-	out, err := cmd.CombinedOutput()
-	t.Logf("$ husk fork %s --checkpoint cp -n 2\n%s", src, out)
-	if err != nil {
-		t.Fatalf("husk fork: %v", err)
-	}
-	forks := strings.Fields(string(out))
-	if len(forks) != 2 {
-		t.Fatalf("husk fork printed %q, want two names", out)
-	}
-	for _, f := range forks {
-		t.Cleanup(func() { docker(t, "rm", "-f", f) })
-	}
+	forks := huskFork(t, src, "cp", 2)
 
 	drawn := map[string]map[string]bool{} // container → its draws
 	lines := map[string][]draw{}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -66,20 +65,7 @@ func TestCheckpointForkIdentity(t *testing.T) {
 	srcNet := ins.NetworkSettings
 
 	mustDocker(t, "checkpoint", "create", src, "cp")
-	cmd := exec.Command(huskCLI(t), "fork", src, "--checkpoint", "cp", "-n", "2")
-	cmd.Env = dockerEnv()
-	out, err := cmd.CombinedOutput()
-	t.Logf("$ husk fork %s --checkpoint cp -n 2\n%s", src, out)
-	if err != nil {
-		t.Fatalf("husk fork: %v", err)
-	}
-	forks := strings.Fields(string(out))
-	if len(forks) != 2 {
-		t.Fatalf("husk fork printed %q, want two names", out)
-	}
-	for _, f := range forks {
-		t.Cleanup(func() { docker(t, "rm", "-f", f) })
-	}
+	forks := huskFork(t, src, "cp", 2)
 
 	seen := map[string]string{}
 	for _, f := range forks {

@@ -93,6 +93,32 @@ func state(t *testing.T, name string) string {
 	return strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}}", name))
 }
 
+// huskFork runs husk fork SRC --checkpoint CHECKPOINT -n N with args
+// before -n, and returns the N containers it made, removed at the test's
+// end.
+func huskFork(t *testing.T, src, checkpoint string, n int, args ...string) []string {
+	t.Helper()
+	argv := append([]string{"fork", src, "--checkpoint", checkpoint}, args...)
+	argv = append(argv, "-n", strconv.Itoa(n))
+	cmd := exec.Command(huskCLI(t), argv...)
+	cmd.Env = dockerEnv()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	t.Logf("$ husk %s\n%s%s", strings.Join(argv, " "), out, stderr.String())
+	if err != nil {
+		t.Fatalf("husk fork: %v", err)
+	}
+	forks := strings.Fields(string(out))
+	if len(forks) != n {
+		t.Fatalf("husk fork printed %q, want %d names", out, n)
+	}
+	for _, f := range forks {
+		t.Cleanup(func() { docker(t, "rm", "-f", f) })
+	}
+	return forks
+}
+
 // huskCLI returns the husk binary: from HUSK_BIN_DIR, else built here.
 func huskCLI(t *testing.T) string {
 	t.Helper()
@@ -207,22 +233,7 @@ func TestCheckpointRestore(t *testing.T) {
 	}
 
 	// Forks: two new containers restored at once from that checkpoint.
-	cmd := exec.Command(huskCLI(t), "fork", name, "--checkpoint", "outside", "--checkpoint-dir", dir, "-n", "2")
-	cmd.Env = dockerEnv()
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	t.Logf("$ husk fork %s --checkpoint outside -n 2\n%s%s", name, out, stderr.String())
-	if err != nil {
-		t.Fatalf("husk fork: %v", err)
-	}
-	forks := strings.Fields(string(out))
-	if len(forks) != 2 {
-		t.Fatalf("husk fork printed %q, want two names", out)
-	}
-	for _, f := range forks {
-		t.Cleanup(func() { docker(t, "rm", "-f", f) })
-	}
+	forks := huskFork(t, name, "outside", 2, "--checkpoint-dir", dir)
 	fs := make([][]step, len(forks))
 	for i, f := range forks {
 		if got := state(t, f); got != "running 0" {
