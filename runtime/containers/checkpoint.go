@@ -146,10 +146,13 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 	if err != nil {
 		return checkpoints.Manifest{}, err
 	}
-	paused := c.rec.State.Paused
-	frozen, err := c.freezeForSnapshot(ctx, r)
-	if err != nil {
-		return checkpoints.Manifest{}, err
+	// A paused container's agent cannot answer, so it is snapshot
+	// without a freeze.
+	paused, frozen := c.rec.State.Paused, false
+	if !paused {
+		if frozen, err = c.freezeForSnapshot(ctx, r); err != nil {
+			return checkpoints.Manifest{}, err
+		}
 	}
 	defer func() {
 		if err == nil || paused {
@@ -212,13 +215,10 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 // snapshot (proto.OpFreeze) and says whether it did: a restored copy's
 // processes then wait for its refresh, where they would otherwise run on
 // the snapshot's clock and RNG state, the same in every copy, until it
-// came. A paused container's agent cannot answer, and an agent older than
-// the op cannot freeze: their snapshots are taken as they are. A freeze
-// that fails fails the checkpoint, as CRIU's does.
+// came. An agent older than the op cannot freeze, and its container is
+// snapshot as it is. A freeze that fails fails the checkpoint, as CRIU's
+// does.
 func (c *ctr) freezeForSnapshot(ctx context.Context, r *run) (bool, error) {
-	if c.rec.State.Paused {
-		return false, nil
-	}
 	start := time.Now()
 	err := r.client.Freeze(ctx, true)
 	switch {
