@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,9 +143,9 @@ func TestCheckpointDaemonKilledWhileFrozen(t *testing.T) {
 	if err := create.Start(); err != nil {
 		t.Fatal(err)
 	}
-	froze := `msg="froze the container for a snapshot" id=` + id[:12]
+	froze := []string{`msg="froze the container's processes"`, "id=" + id[:12], "for=snapshot"}
 	deadline := time.Now().Add(commandTimeout)
-	for !daemonLogHas(t, froze) {
+	for !daemonLogHas(t, froze...) {
 		if time.Now().After(deadline) {
 			t.Fatalf("huskd never logged %q", froze)
 		}
@@ -152,7 +153,7 @@ func TestCheckpointDaemonKilledWhileFrozen(t *testing.T) {
 	}
 	crashDaemon(t)
 	_ = create.Wait()
-	if daemonLogHas(t, `msg="thawed the container after a snapshot" id=`+id[:12]) {
+	if daemonLogHas(t, `msg="thawed the container's processes"`, "id="+id[:12], "for=snapshot") {
 		t.Log("the thaw came before the kill; this run checks only that the container counts on")
 	}
 
@@ -161,4 +162,54 @@ func TestCheckpointDaemonKilledWhileFrozen(t *testing.T) {
 	}
 	n := len(steps(t, name))
 	waitSteps(t, name, n+2)
+}
+
+// TestUnpausedProcessesSeeTheHostsTime: a paused container's processes
+// stay frozen past its VM's resume until its guest clock has been set
+// again, so none of them reads the clock that stood still while the VM
+// was paused. Only the line the loop was making when the freeze came may
+// carry the time of the pause.
+func TestUnpausedProcessesSeeTheHostsTime(t *testing.T) {
+	requireHusk(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, img, "sh", "-c", `i=0; while :; do i=$((i+1)); echo $i $(date +%s); done`)
+	eventually(t, name+" prints", func() string {
+		if n := len(strings.Split(mustDocker(t, "logs", name), "\n")); n < 20 {
+			return fmt.Sprintf("%d lines", n)
+		}
+		return ""
+	})
+	mustDocker(t, "pause", name)
+	before := len(strings.Split(strings.TrimSpace(mustDocker(t, "logs", name)), "\n"))
+	time.Sleep(3 * time.Second)
+	unpaused := time.Now().Unix()
+	mustDocker(t, "unpause", name)
+	var after []string
+	eventually(t, name+" prints after its unpause", func() string {
+		lines := strings.Split(strings.TrimSpace(mustDocker(t, "logs", name)), "\n")
+		if len(lines) < before+20 {
+			return fmt.Sprintf("%d lines after the unpause", len(lines)-before)
+		}
+		after = lines[before:]
+		return ""
+	})
+	stale := 0
+	for i, line := range after {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			t.Fatalf("line %q is not a counter and a time", line)
+		}
+		secs, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if secs < unpaused-1 {
+			stale++
+			if i > 0 {
+				t.Errorf("line %q, the %d. after the unpause, read the clock %d s behind the host's", line, i+1, unpaused-secs)
+			}
+		}
+	}
+	t.Logf("%d lines after the unpause, %d with the paused clock", len(after), stale)
 }

@@ -146,11 +146,11 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 	if err != nil {
 		return checkpoints.Manifest{}, err
 	}
-	// A paused container's agent cannot answer, so it is snapshot
-	// without a freeze.
+	// A paused container's processes are frozen already (Pause), and its
+	// agent cannot answer.
 	paused, frozen := c.rec.State.Paused, false
 	if !paused {
-		if frozen, err = c.freezeForSnapshot(ctx, r); err != nil {
+		if frozen, err = c.freezeProcesses(ctx, r, "snapshot"); err != nil {
 			return checkpoints.Manifest{}, err
 		}
 	}
@@ -163,7 +163,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			m.log.Error("resume after failed checkpoint", "id", c.rec.ID[:12], "err", rerr)
 		}
 		if frozen {
-			c.thaw(bg, r)
+			c.thawProcesses(bg, r, "snapshot")
 		}
 	}()
 	return dir.Create(ctx, name, func(tmp string) (checkpoints.Manifest, error) {
@@ -192,7 +192,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			// reseed of its own, so the thaw comes before the clock's
 			// refresh, which would make it wait for one.
 			if frozen {
-				c.thaw(ctx, r)
+				c.thawProcesses(ctx, r, "snapshot")
 				frozen = false
 			}
 			c.freshenResumed(ctx, r)
@@ -209,38 +209,6 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			CPUs:        cpus(c.rec.HostConfig, g.CPUs),
 		}, nil
 	})
-}
-
-// freezeForSnapshot freezes the container's processes before its VM is
-// snapshot (proto.OpFreeze) and says whether it did: a restored copy's
-// processes then wait for its refresh, where they would otherwise run on
-// the snapshot's clock and RNG state, the same in every copy, until it
-// came. An agent older than the op cannot freeze, and its container is
-// snapshot as it is. A freeze that fails fails the checkpoint, as CRIU's
-// does.
-func (c *ctr) freezeForSnapshot(ctx context.Context, r *run) (bool, error) {
-	start := time.Now()
-	err := r.client.Freeze(ctx, true)
-	switch {
-	case errors.Is(err, errors.ErrUnsupported):
-		c.m.log.Debug("snapshot without a freeze", "id", c.rec.ID[:12], "err", err)
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("freeze the container's processes: %w", err)
-	}
-	c.m.log.Debug("froze the container for a snapshot", "id", c.rec.ID[:12], "took", time.Since(start))
-	return true, nil
-}
-
-// thaw thaws the processes freezeForSnapshot froze. A container that
-// cannot be thawed is stuck, which only a restart mends; it is logged.
-func (c *ctr) thaw(ctx context.Context, r *run) {
-	start := time.Now()
-	if err := r.client.Freeze(ctx, false); err != nil {
-		c.m.log.Error("thaw the container's processes after a snapshot", "id", c.rec.ID[:12], "err", err)
-		return
-	}
-	c.m.log.Debug("thawed the container after a snapshot", "id", c.rec.ID[:12], "took", time.Since(start))
 }
 
 // CheckpointList lists the complete checkpoints of a container, or those
@@ -565,8 +533,9 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 			_ = client.Close()
 		}
 	}()
-	// The snapshot's processes were frozen for it (freezeForSnapshot); they
-	// run from here, with the copy's own clock and RNG.
+	// The snapshot's processes were frozen for it, or by docker pause
+	// (freezeProcesses); they run from here, with the copy's own clock and
+	// RNG.
 	if err := client.Freeze(readyCtx, false); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return nil, fmt.Errorf("thaw the restored container's processes: %w", err)
 	}

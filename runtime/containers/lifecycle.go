@@ -894,9 +894,12 @@ func (c *ctr) reattach(ctx context.Context) error {
 		c.m.log.Warn("set the reattached guest's clock", "id", c.rec.ID[:12], "err", err)
 	}
 	// And its processes stay frozen if the daemon died between a
-	// checkpoint's freeze and its thaw (freezeForSnapshot).
-	if err := client.Freeze(readyCtx, false); err != nil && !errors.Is(err, errors.ErrUnsupported) {
-		c.m.log.Warn("thaw the reattached container's processes", "id", c.rec.ID[:12], "err", err)
+	// checkpoint's freeze and its thaw (freezeProcesses); a paused
+	// container's stay frozen until docker unpause.
+	if !c.rec.State.Paused {
+		if err := client.Freeze(readyCtx, false); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			c.m.log.Warn("thaw the reattached container's processes", "id", c.rec.ID[:12], "err", err)
+		}
 	}
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), shares: c.m.findShares(c.rec.VMDir),
 		exited: make(chan struct{}), resend: true}

@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -59,7 +60,10 @@ func (m *Manager) Rename(ctx context.Context, ref, newName string) error {
 	return nil
 }
 
-// Pause stops the container's VM's vCPUs.
+// Pause freezes the container's processes, as dockerd's cgroup freezer
+// does, and then stops the VM's vCPUs. The freeze keeps the processes
+// stopped past the VM's resume until the guest's clock is set again
+// (resumeLocked), and in any snapshot taken while the container is paused.
 func (m *Manager) Pause(ctx context.Context, ref string) error {
 	c, err := m.lookup(ref)
 	if err != nil {
@@ -73,7 +77,14 @@ func (m *Manager) Pause(ctx context.Context, ref string) error {
 	case c.rec.State.Paused:
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is already paused", c.rec.ID))
 	}
+	frozen, err := c.freezeProcesses(ctx, c.run, "pause")
+	if err != nil {
+		return fmt.Errorf("pause %s: %w", c.rec.ID[:12], err)
+	}
 	if err := c.run.machine.Pause(ctx); err != nil {
+		if frozen {
+			c.thawProcesses(context.WithoutCancel(ctx), c.run, "pause")
+		}
 		return fmt.Errorf("pause %s: %w", c.rec.ID[:12], err)
 	}
 	c.rec.State.Paused = true
@@ -104,11 +115,13 @@ func (m *Manager) Unpause(ctx context.Context, ref string) error {
 	return nil
 }
 
-// resumeLocked resumes a paused VM. Callers hold c.mu.
+// resumeLocked resumes a paused VM and, once its clock is set, thaws the
+// container's processes. Callers hold c.mu.
 func (c *ctr) resumeLocked(ctx context.Context) error {
 	if err := c.resumeVM(ctx, c.run); err != nil {
 		return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
 	}
+	c.thawProcesses(ctx, c.run, "pause")
 	c.rec.State.Paused = false
 	c.rec.State.Status = container.StateRunning
 	c.resumeHealthLocked()
@@ -135,6 +148,41 @@ func (c *ctr) freshenResumed(ctx context.Context, r *run) {
 	if err := r.client.Freshen(ctx, nil); err != nil {
 		c.m.log.Warn("set the resumed guest's clock", "id", c.rec.ID[:12], "err", err)
 	}
+}
+
+// freezeProcesses freezes the container's processes (proto.OpFreeze) and
+// says whether it did, for a snapshot or a pause (why, for the log). A
+// snapshot's restored copies then run only once their refresh has given
+// them their own clock and RNG state; without the freeze they ran on the
+// snapshot's, the same in every copy, until it came. An unpaused
+// container's processes wait for its clock the same way. An agent older
+// than the op cannot freeze, and its container is snapshot or paused as it
+// is. A freeze that fails fails the snapshot or pause, as CRIU's and
+// runc's do.
+func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, error) {
+	start := time.Now()
+	err := r.client.Freeze(ctx, true)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		c.m.log.Debug("no freeze of the container's processes", "id", c.rec.ID[:12], "for", why, "err", err)
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("freeze the container's processes: %w", err)
+	}
+	c.m.log.Debug("froze the container's processes", "id", c.rec.ID[:12], "for", why, "took", time.Since(start))
+	return true, nil
+}
+
+// thawProcesses thaws what freezeProcesses froze; a thaw waits for the
+// guest's last refresh. A container that cannot be thawed is stuck, which
+// only a restart mends; it is logged.
+func (c *ctr) thawProcesses(ctx context.Context, r *run, why string) {
+	start := time.Now()
+	if err := r.client.Freeze(ctx, false); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		c.m.log.Error("thaw the container's processes", "id", c.rec.ID[:12], "for", why, "err", err)
+		return
+	}
+	c.m.log.Debug("thawed the container's processes", "id", c.rec.ID[:12], "for", why, "took", time.Since(start))
 }
 
 // resumeForSignal resumes a paused container before it is signalled: a
