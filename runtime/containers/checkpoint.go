@@ -134,7 +134,7 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 // synced (~80 ms for a 256 MiB guest here): a container left running was
 // paused for ~280 ms of a ~290 ms checkpoint, and is now for ~200. A
 // container paused by docker pause stays paused. The container's
-// processes are frozen across the snapshot (freezeForSnapshot). Callers
+// processes are frozen across the snapshot (freezeProcesses). Callers
 // hold c.mu; if the checkpoint fails, the container goes on as it was.
 func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoints.Dir, name string, resume bool) (_ checkpoints.Manifest, err error) {
 	g := m.guest

@@ -178,7 +178,11 @@ func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, er
 // only a restart mends; it is logged.
 func (c *ctr) thawProcesses(ctx context.Context, r *run, why string) {
 	start := time.Now()
-	if err := r.client.Freeze(ctx, false); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+	err := r.client.Freeze(ctx, false)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		return // an agent that cannot freeze froze nothing
+	case err != nil:
 		c.m.log.Error("thaw the container's processes", "id", c.rec.ID[:12], "for", why, "err", err)
 		return
 	}
