@@ -213,3 +213,76 @@ func TestUnpausedProcessesSeeTheHostsTime(t *testing.T) {
 	}
 	t.Logf("%d lines after the unpause, %d with the paused clock", len(after), stale)
 }
+
+// TestPauseKeepsTheGuestsTime: time goes on for a paused container, as
+// under dockerd, whose pause freezes the container's processes and
+// nothing else: the container's uptime after a pause of 3 s is 3 s on
+// from where it was. (When a pause stopped the VM, the guest's monotonic
+// clock stood still with it, and a sleep lost the paused time.) It runs
+// against the reference dockerd too when the supervisor has one.
+func TestPauseKeepsTheGuestsTime(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	daemons := []struct{ kind, host string }{{string(suite.Kind), suite.DockerHost}}
+	if suite.Kind == "huskd" {
+		if refHost, err := control.query("reference"); err == nil {
+			daemons = append(daemons, struct{ kind, host string }{"dockerd", refHost})
+		} else {
+			t.Logf("huskd only: no reference dockerd: %v", err)
+		}
+	}
+	for _, d := range daemons {
+		t.Run(d.kind, func(t *testing.T) {
+			cli := func(args ...string) string {
+				t.Helper()
+				r := cliAt(t, d.host, nil, args...)
+				if r.Code != 0 {
+					t.Fatalf("docker %s on %s: exit %d: %s", strings.Join(args, " "), d.kind, r.Code, r.Stderr)
+				}
+				return strings.TrimSpace(r.Stdout)
+			}
+			if r := cliAt(t, d.host, nil, "image", "inspect", img); r.Code != 0 {
+				cli("pull", img)
+			}
+			name := namePrefix(t)
+			t.Cleanup(func() { cliAt(t, d.host, nil, "rm", "-f", name) })
+			cli("run", "-d", "--name", name, img, "sh", "-c", `while :; do read u rest < /proc/uptime; echo $u; sleep 0.1; done`)
+			uptimes := func() []float64 {
+				var out []float64
+				for _, f := range strings.Fields(cli("logs", name)) {
+					v, err := strconv.ParseFloat(f, 64)
+					if err != nil {
+						t.Fatalf("log line %q is not an uptime", f)
+					}
+					out = append(out, v)
+				}
+				return out
+			}
+			eventually(t, name+" prints", func() string {
+				if n := len(uptimes()); n < 5 {
+					return fmt.Sprintf("%d lines", n)
+				}
+				return ""
+			})
+			cli("pause", name)
+			time.Sleep(500 * time.Millisecond) // the last line before the freeze is stored
+			before := uptimes()
+			time.Sleep(3 * time.Second)
+			cli("unpause", name)
+			var after []float64
+			eventually(t, name+" prints after its unpause", func() string {
+				if after = uptimes(); len(after) < len(before)+3 {
+					return fmt.Sprintf("%d lines after the unpause", len(after)-len(before))
+				}
+				return ""
+			})
+			// The first line after the unpause may be the one the loop
+			// was making when the freeze came.
+			last, resumed := before[len(before)-1], after[len(before)+2]
+			t.Logf("%s: uptime %.2f before the pause, %.2f on the third line after it", d.kind, last, resumed)
+			if resumed-last < 2.5 {
+				t.Errorf("%s: the container's uptime went from %.2f to %.2f across a 3 s pause", d.kind, last, resumed)
+			}
+		})
+	}
+}

@@ -133,7 +133,8 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 // runs again once its files are written, while they are hashed and
 // synced (~80 ms for a 256 MiB guest here): a container left running was
 // paused for ~280 ms of a ~290 ms checkpoint, and is now for ~200. A
-// container paused by docker pause stays paused. The container's
+// container paused by docker pause stays paused, its processes frozen or
+// its VM stopped. The container's
 // processes are frozen across the snapshot (freezeProcesses). Callers
 // hold c.mu; if the checkpoint fails, the container goes on as it was.
 func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoints.Dir, name string, resume bool) (_ checkpoints.Manifest, err error) {
@@ -146,16 +147,16 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 	if err != nil {
 		return checkpoints.Manifest{}, err
 	}
-	// A paused container's processes are frozen already (Pause), and its
-	// agent cannot answer.
-	paused, frozen := c.rec.State.Paused, false
-	if !paused {
+	// A paused container's processes are frozen already (Pause), or its
+	// VM stopped.
+	frozen := false
+	if !c.rec.State.Paused {
 		if frozen, err = c.freezeProcesses(ctx, r, "snapshot"); err != nil {
 			return checkpoints.Manifest{}, err
 		}
 	}
 	defer func() {
-		if err == nil || paused {
+		if err == nil || r.vmPaused {
 			return
 		}
 		bg := context.WithoutCancel(ctx)
@@ -163,7 +164,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			m.log.Error("resume after failed checkpoint", "id", c.rec.ID[:12], "err", rerr)
 		}
 		if frozen {
-			c.thawProcesses(bg, r, "snapshot")
+			c.thawAfterSnapshot(bg, r)
 		}
 	}()
 	return dir.Create(ctx, name, func(tmp string) (checkpoints.Manifest, error) {
@@ -183,7 +184,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			return checkpoints.Manifest{}, fmt.Errorf("copy upper disk: %w", err)
 		}
 		m.log.Debug("checkpoint files written", "id", c.rec.ID[:12], "snapshot", t1.Sub(t0), "disk", time.Since(t1))
-		if resume && !paused {
+		if resume && !r.vmPaused {
 			if err := r.machine.Resume(ctx); err != nil {
 				return checkpoints.Manifest{}, fmt.Errorf("resume after checkpoint: %w", err)
 			}
@@ -192,7 +193,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			// reseed of its own, so the thaw comes before the clock's
 			// refresh, which would make it wait for one.
 			if frozen {
-				c.thawProcesses(ctx, r, "snapshot")
+				c.thawAfterSnapshot(ctx, r)
 				frozen = false
 			}
 			c.freshenResumed(ctx, r)

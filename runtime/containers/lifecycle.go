@@ -80,6 +80,9 @@ type run struct {
 	// resend: the guest's output was read by a daemon that died; what it
 	// never acknowledged storing is sent again.
 	resend bool
+	// vmPaused: docker pause stopped the VM's vCPUs, because its agent
+	// could not freeze the container's processes (Pause). Guarded by c.mu.
+	vmPaused bool
 }
 
 type waiter struct {
@@ -867,17 +870,11 @@ func (c *ctr) reattach(ctx context.Context) error {
 		return fmt.Errorf("reattach VMM: %w", err)
 	}
 	// A daemon killed mid-checkpoint left its VM paused (the driver also
-	// cancels a snapshot still under way), and a paused guest cannot
-	// answer: resume it to reattach, and pause it again if the user had.
+	// cancels a snapshot still under way), and so did one that paused a
+	// container whose agent could not freeze it; a paused guest cannot
+	// answer: resume it to reattach, and pause it again below.
 	if err := machine.Resume(ctx); err != nil {
 		return fmt.Errorf("resume VM to reattach: %w", err)
-	}
-	if c.rec.State.Paused {
-		defer func() {
-			if err := machine.Pause(ctx); err != nil {
-				c.m.log.Error("pause reattached VM again", "id", c.rec.ID[:12], "err", err)
-			}
-		}()
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -893,16 +890,19 @@ func (c *ctr) reattach(ctx context.Context) error {
 	if err := client.Freshen(readyCtx, nil); err != nil {
 		c.m.log.Warn("set the reattached guest's clock", "id", c.rec.ID[:12], "err", err)
 	}
-	// And its processes stay frozen if the daemon died between a
-	// checkpoint's freeze and its thaw (freezeProcesses); a paused
-	// container's stay frozen until docker unpause.
-	if !c.rec.State.Paused {
-		if err := client.Freeze(readyCtx, false); err != nil && !errors.Is(err, errors.ErrUnsupported) {
-			c.m.log.Warn("thaw the reattached container's processes", "id", c.rec.ID[:12], "err", err)
-		}
-	}
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), shares: c.m.findShares(c.rec.VMDir),
 		exited: make(chan struct{}), resend: true}
+	if c.rec.State.Paused {
+		// Frozen again, or for the first time if the dead daemon only
+		// stopped the VM.
+		if err := c.pauseLocked(readyCtx, r); err != nil {
+			c.m.log.Error("pause the reattached container again", "id", c.rec.ID[:12], "err", err)
+		}
+	} else if err := c.thawProcesses(readyCtx, r, "snapshot"); err != nil {
+		// Its processes stay frozen if the daemon died between a
+		// checkpoint's freeze and its thaw.
+		c.m.log.Warn("thaw the reattached container's processes", "id", c.rec.ID[:12], "err", err)
+	}
 	if c.rec.Config.OpenStdin {
 		if r.stdin, err = r.proc.Stdin(ctx); err != nil {
 			c.m.log.Warn("reopen stdin", "id", c.rec.ID[:12], "err", err)

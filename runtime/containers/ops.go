@@ -60,10 +60,11 @@ func (m *Manager) Rename(ctx context.Context, ref, newName string) error {
 	return nil
 }
 
-// Pause freezes the container's processes, as dockerd's cgroup freezer
-// does, and then stops the VM's vCPUs. The freeze keeps the processes
-// stopped past the VM's resume until the guest's clock is set again
-// (resumeLocked), and in any snapshot taken while the container is paused.
+// Pause freezes the container's processes in the guest, as dockerd's
+// pause freezes them with the cgroup freezer: the VM runs on, idle, so the
+// guest's clocks keep the host's time, and a snapshot taken while the
+// container is paused holds its processes frozen. A VM whose agent cannot
+// freeze has its vCPUs stopped instead.
 func (m *Manager) Pause(ctx context.Context, ref string) error {
 	c, err := m.lookup(ref)
 	if err != nil {
@@ -77,14 +78,7 @@ func (m *Manager) Pause(ctx context.Context, ref string) error {
 	case c.rec.State.Paused:
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is already paused", c.rec.ID))
 	}
-	frozen, err := c.freezeProcesses(ctx, c.run, "pause")
-	if err != nil {
-		return fmt.Errorf("pause %s: %w", c.rec.ID[:12], err)
-	}
-	if err := c.run.machine.Pause(ctx); err != nil {
-		if frozen {
-			c.thawProcesses(context.WithoutCancel(ctx), c.run, "pause")
-		}
+	if err := c.pauseLocked(ctx, c.run); err != nil {
 		return fmt.Errorf("pause %s: %w", c.rec.ID[:12], err)
 	}
 	c.rec.State.Paused = true
@@ -94,6 +88,20 @@ func (m *Manager) Pause(ctx context.Context, ref string) error {
 		c.m.log.Error("persist pause", "id", c.rec.ID[:12], "err", err)
 	}
 	c.emitLocked(events.ActionPause, nil)
+	return nil
+}
+
+// pauseLocked freezes r's processes or, where the agent cannot, stops its
+// VM's vCPUs. Callers hold c.mu.
+func (c *ctr) pauseLocked(ctx context.Context, r *run) error {
+	frozen, err := c.freezeProcesses(ctx, r, "pause")
+	if err != nil || frozen {
+		return err
+	}
+	if err := r.machine.Pause(ctx); err != nil {
+		return err
+	}
+	r.vmPaused = true
 	return nil
 }
 
@@ -115,13 +123,18 @@ func (m *Manager) Unpause(ctx context.Context, ref string) error {
 	return nil
 }
 
-// resumeLocked resumes a paused VM and, once its clock is set, thaws the
-// container's processes. Callers hold c.mu.
+// resumeLocked thaws a paused container's processes, or resumes its VM
+// where Pause stopped it. Callers hold c.mu.
 func (c *ctr) resumeLocked(ctx context.Context) error {
-	if err := c.resumeVM(ctx, c.run); err != nil {
+	r := c.run
+	if r.vmPaused {
+		if err := c.resumeVM(ctx, r); err != nil {
+			return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
+		}
+		r.vmPaused = false
+	} else if err := c.thawProcesses(ctx, r, "pause"); err != nil {
 		return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
 	}
-	c.thawProcesses(ctx, c.run, "pause")
 	c.rec.State.Paused = false
 	c.rec.State.Status = container.StateRunning
 	c.resumeHealthLocked()
@@ -175,18 +188,26 @@ func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, er
 
 // thawProcesses thaws what freezeProcesses froze; a thaw waits for the
 // guest's last refresh. A container that cannot be thawed is stuck, which
-// only a restart mends; it is logged.
-func (c *ctr) thawProcesses(ctx context.Context, r *run, why string) {
+// only a restart mends.
+func (c *ctr) thawProcesses(ctx context.Context, r *run, why string) error {
 	start := time.Now()
 	err := r.client.Freeze(ctx, false)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
-		return // an agent that cannot freeze froze nothing
+		return nil // an agent that cannot freeze froze nothing
 	case err != nil:
-		c.m.log.Error("thaw the container's processes", "id", c.rec.ID[:12], "for", why, "err", err)
-		return
+		return fmt.Errorf("thaw the container's processes: %w", err)
 	}
 	c.m.log.Debug("thawed the container's processes", "id", c.rec.ID[:12], "for", why, "took", time.Since(start))
+	return nil
+}
+
+// thawAfterSnapshot thaws what a snapshot froze, logging a failure: the
+// snapshot's outcome stands either way.
+func (c *ctr) thawAfterSnapshot(ctx context.Context, r *run) {
+	if err := c.thawProcesses(ctx, r, "snapshot"); err != nil {
+		c.m.log.Error("thaw after a snapshot", "id", c.rec.ID[:12], "err", err)
+	}
 }
 
 // resumeForSignal resumes a paused container before it is signalled: a
