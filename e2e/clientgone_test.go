@@ -24,6 +24,44 @@ func hangUpAfter(t *testing.T, host, method, path string) {
 	}
 }
 
+// daemonAt is a daemon the suite's docker CLI can reach.
+type daemonAt struct{ kind, host string }
+
+// underTestAndReference is the daemon under test and, when that is huskd
+// and the supervisor runs one, the reference dockerd, for tests that hold
+// both to the same behaviour.
+func underTestAndReference(t *testing.T) []daemonAt {
+	t.Helper()
+	daemons := []daemonAt{{string(suite.Kind), suite.DockerHost}}
+	if suite.Kind == "huskd" {
+		if refHost, err := control.query("reference"); err == nil {
+			daemons = append(daemons, daemonAt{"dockerd", refHost})
+		} else {
+			t.Logf("huskd only: no reference dockerd: %v", err)
+		}
+	}
+	return daemons
+}
+
+// mustCLIAt runs the docker CLI against d and returns its trimmed output,
+// failing the test if it fails.
+func mustCLIAt(t *testing.T, d daemonAt, args ...string) string {
+	t.Helper()
+	r := cliAt(t, d.host, nil, args...)
+	if r.Code != 0 {
+		t.Fatalf("docker %s on %s: exit %d: %s", strings.Join(args, " "), d.kind, r.Code, r.Stderr)
+	}
+	return strings.TrimSpace(r.Stdout)
+}
+
+// pulledAt makes sure d has img, which the suite's registry serves.
+func pulledAt(t *testing.T, d daemonAt, img string) {
+	t.Helper()
+	if r := cliAt(t, d.host, nil, "image", "inspect", img); r.Code != 0 {
+		mustCLIAt(t, d, "pull", img)
+	}
+}
+
 // TestClientGoneMidRequest: a container's start, stop and restart are
 // carried out even when the client hangs up right after asking. dockerd
 // carries them out (its daemon's calls for them take no context), and
@@ -33,44 +71,28 @@ func hangUpAfter(t *testing.T, host, method, path string) {
 func TestClientGoneMidRequest(t *testing.T) {
 	requireSuite(t)
 	img := pulled(t, testimages.Busybox)
-	daemons := []struct{ kind, host string }{{string(suite.Kind), suite.DockerHost}}
-	if suite.Kind == "huskd" {
-		if refHost, err := control.query("reference"); err == nil {
-			daemons = append(daemons, struct{ kind, host string }{"dockerd", refHost})
-		} else {
-			t.Logf("huskd only: no reference dockerd: %v", err)
-		}
-	}
-	for _, d := range daemons {
+	for _, d := range underTestAndReference(t) {
 		t.Run(d.kind, func(t *testing.T) {
-			cli := func(args ...string) string {
-				t.Helper()
-				r := cliAt(t, d.host, nil, args...)
-				if r.Code != 0 {
-					t.Fatalf("docker %s on %s: exit %d: %s", strings.Join(args, " "), d.kind, r.Code, r.Stderr)
-				}
-				return strings.TrimSpace(r.Stdout)
-			}
-			if r := cliAt(t, d.host, nil, "image", "inspect", img); r.Code != 0 {
-				cli("pull", img)
-			}
+			pulledAt(t, d, img)
 			name := func(suffix string) string {
 				n := namePrefix(t) + suffix
 				t.Cleanup(func() { cliAt(t, d.host, nil, "rm", "-f", n) })
 				return n
 			}
-			state := func(n string) string { return cli("inspect", "-f", "{{.State.Status}} {{.State.StartedAt}}", n) }
+			state := func(n string) string {
+				return mustCLIAt(t, d, "inspect", "-f", "{{.State.Status}} {{.State.StartedAt}}", n)
+			}
 
 			started := name("-start")
-			cli("create", "--name", started, img, "sleep", "600")
+			mustCLIAt(t, d, "create", "--name", started, img, "sleep", "600")
 			hangUpAfter(t, d.host, "POST", "/containers/"+started+"/start")
 
 			stopped := name("-stop")
-			cli("run", "-d", "--name", stopped, img, "sleep", "600")
+			mustCLIAt(t, d, "run", "-d", "--name", stopped, img, "sleep", "600")
 			hangUpAfter(t, d.host, "POST", "/containers/"+stopped+"/stop?t=1")
 
 			restarted := name("-restart")
-			cli("run", "-d", "--name", restarted, img, "sleep", "600")
+			mustCLIAt(t, d, "run", "-d", "--name", restarted, img, "sleep", "600")
 			before := state(restarted)
 			hangUpAfter(t, d.host, "POST", "/containers/"+restarted+"/restart?t=1")
 
