@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,45 +124,6 @@ func TestCheckpointKeepsPausedContainerPaused(t *testing.T) {
 	})
 }
 
-// TestCheckpointDaemonKilledWhileFrozen: huskd is killed between a
-// checkpoint's freeze of the container's processes and their thaw. The
-// restarted daemon thaws them when it reattaches the VM, and the
-// container goes on counting. A 512 MiB guest's snapshot takes over a
-// second here, which leaves the kill, sent as soon as the daemon logs the
-// freeze, time to land before the thaw.
-func TestCheckpointDaemonKilledWhileFrozen(t *testing.T) {
-	requireHusk(t)
-	img := pulled(t, testimages.Busybox)
-	name := containerName(t, "")
-	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--memory", "512m", "--name", name, img, "sh", "-c", counterScript))
-	waitSteps(t, name, 2)
-
-	create := exec.Command(suite.DockerCLI, "checkpoint", "create", "--leave-running", name, "cpf")
-	create.Env = dockerEnv()
-	if err := create.Start(); err != nil {
-		t.Fatal(err)
-	}
-	froze := []string{`msg="froze the container's processes"`, "id=" + id[:12], "for=snapshot"}
-	deadline := time.Now().Add(commandTimeout)
-	for !daemonLogHas(t, froze...) {
-		if time.Now().After(deadline) {
-			t.Fatalf("huskd never logged %q", froze)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	crashDaemon(t)
-	_ = create.Wait()
-	if daemonLogHas(t, `msg="thawed the container's processes"`, "id="+id[:12], "for=snapshot") {
-		t.Log("the thaw came before the kill; this run checks only that the container counts on")
-	}
-
-	if got := state(t, name); got != "running 0" {
-		t.Fatalf("state after the crash = %q, want running", got)
-	}
-	n := len(steps(t, name))
-	waitSteps(t, name, n+2)
-}
-
 // TestUnpausedProcessesSeeTheHostsTime: a paused container's processes
 // stay frozen past its VM's resume until its guest clock has been set
 // again, so none of them reads the clock that stood still while the VM
@@ -223,33 +183,15 @@ func TestUnpausedProcessesSeeTheHostsTime(t *testing.T) {
 func TestPauseKeepsTheGuestsTime(t *testing.T) {
 	requireSuite(t)
 	img := pulled(t, testimages.Busybox)
-	daemons := []struct{ kind, host string }{{string(suite.Kind), suite.DockerHost}}
-	if suite.Kind == "huskd" {
-		if refHost, err := control.query("reference"); err == nil {
-			daemons = append(daemons, struct{ kind, host string }{"dockerd", refHost})
-		} else {
-			t.Logf("huskd only: no reference dockerd: %v", err)
-		}
-	}
-	for _, d := range daemons {
+	for _, d := range underTestAndReference(t) {
 		t.Run(d.kind, func(t *testing.T) {
-			cli := func(args ...string) string {
-				t.Helper()
-				r := cliAt(t, d.host, nil, args...)
-				if r.Code != 0 {
-					t.Fatalf("docker %s on %s: exit %d: %s", strings.Join(args, " "), d.kind, r.Code, r.Stderr)
-				}
-				return strings.TrimSpace(r.Stdout)
-			}
-			if r := cliAt(t, d.host, nil, "image", "inspect", img); r.Code != 0 {
-				cli("pull", img)
-			}
+			pulledAt(t, d, img)
 			name := namePrefix(t)
 			t.Cleanup(func() { cliAt(t, d.host, nil, "rm", "-f", name) })
-			cli("run", "-d", "--name", name, img, "sh", "-c", `while :; do read u rest < /proc/uptime; echo $u; sleep 0.1; done`)
+			mustCLIAt(t, d, "run", "-d", "--name", name, img, "sh", "-c", `while :; do read u rest < /proc/uptime; echo $u; sleep 0.1; done`)
 			uptimes := func() []float64 {
 				var out []float64
-				for _, f := range strings.Fields(cli("logs", name)) {
+				for _, f := range strings.Fields(mustCLIAt(t, d, "logs", name)) {
 					v, err := strconv.ParseFloat(f, 64)
 					if err != nil {
 						t.Fatalf("log line %q is not an uptime", f)
@@ -264,11 +206,11 @@ func TestPauseKeepsTheGuestsTime(t *testing.T) {
 				}
 				return ""
 			})
-			cli("pause", name)
+			mustCLIAt(t, d, "pause", name)
 			time.Sleep(500 * time.Millisecond) // the last line before the freeze is stored
 			before := uptimes()
 			time.Sleep(3 * time.Second)
-			cli("unpause", name)
+			mustCLIAt(t, d, "unpause", name)
 			var after []float64
 			eventually(t, name+" prints after its unpause", func() string {
 				if after = uptimes(); len(after) < len(before)+3 {
