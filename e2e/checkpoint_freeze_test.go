@@ -124,11 +124,11 @@ func TestCheckpointKeepsPausedContainerPaused(t *testing.T) {
 	})
 }
 
-// TestUnpausedProcessesSeeTheHostsTime: a paused container's processes
-// stay frozen past its VM's resume until its guest clock has been set
-// again, so none of them reads the clock that stood still while the VM
-// was paused. Only the line the loop was making when the freeze came may
-// carry the time of the pause.
+// TestUnpausedProcessesSeeTheHostsTime: no process of an unpaused
+// container reads a clock that stood still while it was paused. (A pause
+// that stopped the VM stopped the guest's clock, and the processes ran on
+// it until the clock's refresh arrived.) Only the line the loop was making
+// when the freeze came may carry the time of the pause.
 func TestUnpausedProcessesSeeTheHostsTime(t *testing.T) {
 	requireHusk(t)
 	img := pulled(t, testimages.Busybox)

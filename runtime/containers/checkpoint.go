@@ -134,9 +134,9 @@ func (m *Manager) CheckpointCreate(ctx context.Context, ref string, req checkpoi
 // synced (~80 ms for a 256 MiB guest here): a container left running was
 // paused for ~280 ms of a ~290 ms checkpoint, and is now for ~200. A
 // container paused by docker pause stays paused, its processes frozen or
-// its VM stopped. The container's
-// processes are frozen across the snapshot (freezeProcesses). Callers
-// hold c.mu; if the checkpoint fails, the container goes on as it was.
+// its VM stopped. A running container's processes are frozen across the
+// snapshot (freezeProcesses). Callers hold c.mu; if the checkpoint fails,
+// the container goes on as it was.
 func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoints.Dir, name string, resume bool) (_ checkpoints.Manifest, err error) {
 	g := m.guest
 	version, err := g.Driver.Version(ctx)
@@ -537,8 +537,8 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 	// The snapshot's processes were frozen for it, or by docker pause
 	// (freezeProcesses); they run from here, with the copy's own clock and
 	// RNG.
-	if err := client.Freeze(readyCtx, false); err != nil && !errors.Is(err, errors.ErrUnsupported) {
-		return nil, fmt.Errorf("thaw the restored container's processes: %w", err)
+	if err := c.thawProcesses(readyCtx, client, "restore"); err != nil {
+		return nil, err
 	}
 	m.log.Debug("checkpoint restored", "id", c.rec.ID[:12], "verify_wait", verifyWait, "connect_refresh", time.Since(restored))
 	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), exited: make(chan struct{})}

@@ -898,7 +898,7 @@ func (c *ctr) reattach(ctx context.Context) error {
 		if err := c.pauseLocked(readyCtx, r); err != nil {
 			c.m.log.Error("pause the reattached container again", "id", c.rec.ID[:12], "err", err)
 		}
-	} else if err := c.thawProcesses(readyCtx, r, "snapshot"); err != nil {
+	} else if err := c.thawProcesses(readyCtx, client, "snapshot"); err != nil {
 		// Its processes stay frozen if the daemon died between a
 		// checkpoint's freeze and its thaw.
 		c.m.log.Warn("thaw the reattached container's processes", "id", c.rec.ID[:12], "err", err)

@@ -11,6 +11,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/events"
+
+	"github.com/husk-vm/husk/shim/host"
 )
 
 // validName is dockerd's container name rule.
@@ -132,7 +134,7 @@ func (c *ctr) resumeLocked(ctx context.Context) error {
 			return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
 		}
 		r.vmPaused = false
-	} else if err := c.thawProcesses(ctx, r, "pause"); err != nil {
+	} else if err := c.thawProcesses(ctx, r.client, "pause"); err != nil {
 		return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
 	}
 	c.rec.State.Paused = false
@@ -167,10 +169,10 @@ func (c *ctr) freshenResumed(ctx context.Context, r *run) {
 // says whether it did, for a snapshot or a pause (why, for the log). A
 // snapshot's restored copies then run only once their refresh has given
 // them their own clock and RNG state; without the freeze they ran on the
-// snapshot's, the same in every copy, until it came. An unpaused
-// container's processes wait for its clock the same way. An agent older
-// than the op cannot freeze, and its container is snapshot or paused as it
-// is. A freeze that fails fails the snapshot or pause, as CRIU's and
+// snapshot's, the same in every copy, until it came. A paused container
+// is frozen and nothing more, as under dockerd. An agent older than the
+// op cannot freeze, and its container is snapshot as it is, or paused by
+// stopping its VM. A freeze that fails fails the snapshot or pause, as CRIU's and
 // runc's do.
 func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, error) {
 	start := time.Now()
@@ -189,9 +191,9 @@ func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, er
 // thawProcesses thaws what freezeProcesses froze; a thaw waits for the
 // guest's last refresh. A container that cannot be thawed is stuck, which
 // only a restart mends.
-func (c *ctr) thawProcesses(ctx context.Context, r *run, why string) error {
+func (c *ctr) thawProcesses(ctx context.Context, client *host.Client, why string) error {
 	start := time.Now()
-	err := r.client.Freeze(ctx, false)
+	err := client.Freeze(ctx, false)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		return nil // an agent that cannot freeze froze nothing
@@ -205,7 +207,7 @@ func (c *ctr) thawProcesses(ctx context.Context, r *run, why string) error {
 // thawAfterSnapshot thaws what a snapshot froze, logging a failure: the
 // snapshot's outcome stands either way.
 func (c *ctr) thawAfterSnapshot(ctx context.Context, r *run) {
-	if err := c.thawProcesses(ctx, r, "snapshot"); err != nil {
+	if err := c.thawProcesses(ctx, r.client, "snapshot"); err != nil {
 		c.m.log.Error("thaw after a snapshot", "id", c.rec.ID[:12], "err", err)
 	}
 }
