@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 )
@@ -37,6 +38,40 @@ func Connect(ctx context.Context, g Guest, retry time.Duration) (*Client, error)
 // the guest itself (its own initramfs, a checkpoint made under it), not
 // for VMs an older daemon started.
 func ConnectWith(ctx context.Context, g Guest, retry time.Duration, first func(context.Context, *Client) error) (*Client, error) {
+	return connect(ctx, g, retry, first, 0, nil)
+}
+
+// Reconnect opens a session with an agent that served an earlier host,
+// such as the VM of a daemon that was killed, and checks the agent's
+// protocol version with a ping. A connection whose session has not
+// started within patience is closed and dialled again, with patience
+// doubled each time.
+//
+// Dialling again is what unsticks QEMU's agent channel when its last
+// client died while the VM was paused, as a daemon killed mid-checkpoint
+// does. While the VM is stopped its virtio-serial port has no chardev
+// handlers, so the socket's close never reaches the port, which still
+// counts the host as connected. Once the VM runs again, a guest write
+// made before the next client connects fails, and the port marks itself
+// throttled with nothing left to lift it (QEMU 7.2, hw/char/
+// virtio-console.c, flush_buf). The next client's connect does not lift
+// it either, so that host's hello reaches the agent but the agent's
+// answer never leaves the guest. QEMU's trace events showed exactly that
+// sequence in a reattach that timed out. Closing the connection does
+// reach the port, now that the VM runs: it lifts the throttle and drops
+// what the guest had queued, the agent sees the host go, and the next
+// dial starts a clean session.
+func Reconnect(ctx context.Context, g Guest, patience time.Duration, log *slog.Logger) (*Client, error) {
+	return connect(ctx, g, reconnectRetry, ping, patience, log)
+}
+
+// reconnectRetry is how soon a dial that failed outright is tried again.
+const reconnectRetry = 50 * time.Millisecond
+
+// errNoAnswer is a session that did not start within its patience.
+var errNoAnswer = errors.New("the agent did not answer the session start")
+
+func connect(ctx context.Context, g Guest, retry time.Duration, first func(context.Context, *Client) error, patience time.Duration, log *slog.Logger) (*Client, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	exited := make(chan struct{})
@@ -47,7 +82,7 @@ func ConnectWith(ctx context.Context, g Guest, retry time.Duration, first func(c
 	}()
 	var lastErr error
 	for {
-		client, err := connectOnce(ctx, g, first)
+		client, err := connectOnce(ctx, g, first, patience)
 		if err == nil {
 			return client, nil
 		}
@@ -55,12 +90,20 @@ func ConnectWith(ctx context.Context, g Guest, retry time.Duration, first func(c
 			return nil, err
 		}
 		lastErr = err
+		wait := retry
+		if errors.Is(err, errNoAnswer) {
+			if log != nil {
+				log.Debug("dialling the agent again", "pid", g.PID(), "err", err)
+			}
+			patience *= 2
+			wait = 0
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("guest agent not ready: %w", lastErr)
 		case <-exited:
 			return nil, fmt.Errorf("guest agent not ready: the VMM (pid %d) exited: %w", g.PID(), lastErr)
-		case <-time.After(retry):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -70,7 +113,7 @@ func ping(ctx context.Context, c *Client) error {
 	return err
 }
 
-func connectOnce(ctx context.Context, g Guest, first func(context.Context, *Client) error) (*Client, error) {
+func connectOnce(ctx context.Context, g Guest, first func(context.Context, *Client) error, patience time.Duration) (*Client, error) {
 	conn, err := g.DialAgent(ctx)
 	if err != nil {
 		return nil, err
@@ -82,8 +125,17 @@ func connectOnce(ctx context.Context, g Guest, first func(context.Context, *Clie
 	}
 	// First only once the session is up: a refresh carries the host's
 	// clock, which must not be read before a waking guest answers.
-	if _, err := client.session(ctx); err != nil {
+	startCtx := ctx
+	if patience > 0 {
+		var cancel context.CancelFunc
+		startCtx, cancel = context.WithTimeout(ctx, patience)
+		defer cancel()
+	}
+	if _, err := client.session(startCtx); err != nil {
 		client.Close()
+		if ctx.Err() == nil && startCtx.Err() != nil {
+			return nil, fmt.Errorf("%w within %s", errNoAnswer, patience)
+		}
 		return nil, err
 	}
 	if err := first(ctx, client); err != nil {

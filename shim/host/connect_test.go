@@ -1,12 +1,20 @@
 package host
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // goneGuest is a VM whose VMM has exited: its agent cannot be dialled.
@@ -30,5 +38,98 @@ func TestConnectStopsWhenTheVMMExits(t *testing.T) {
 	}
 	if ctx.Err() != nil {
 		t.Fatal("Connect waited for its deadline")
+	}
+}
+
+// stuckGuest's agent channel takes the first deaf dials' bytes and never
+// answers, as QEMU's does while its port is left throttled; later dials
+// reach an agent that answers a ping.
+type stuckGuest struct {
+	t    *testing.T
+	deaf int
+
+	mu    sync.Mutex
+	dials int
+}
+
+func (g *stuckGuest) PID() int                       { return 7 }
+func (g *stuckGuest) Wait(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+
+func (g *stuckGuest) DialAgent(context.Context) (net.Conn, error) {
+	g.mu.Lock()
+	g.dials++
+	deaf := g.dials <= g.deaf
+	g.mu.Unlock()
+	hostEnd, guestEnd := net.Pipe()
+	g.t.Cleanup(func() { guestEnd.Close() })
+	if deaf {
+		go func() { _, _ = io.Copy(io.Discard, guestEnd) }()
+	} else {
+		go pingAnswerer(guestEnd)
+	}
+	return hostEnd, nil
+}
+
+func (g *stuckGuest) dialled() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dials
+}
+
+// pingAnswerer is the agent's side of a session that answers pings.
+func pingAnswerer(conn net.Conn) {
+	rest, err := proto.AcceptSession(conn)
+	if err != nil {
+		return
+	}
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	sess, err := yamux.Server(sessionConn{rest, conn}, cfg)
+	if err != nil {
+		return
+	}
+	defer sess.Close()
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer st.Close()
+			if _, err := proto.ReadLine(bufio.NewReader(st)); err != nil {
+				return
+			}
+			b, _ := json.Marshal(proto.Response{Version: proto.Version})
+			_, _ = st.Write(append(b, '\n'))
+		}()
+	}
+}
+
+// TestReconnectDialsAgainWhenUnanswered: a reattach whose agent channel
+// swallows the hello dials again, with more patience each time, and gets
+// its session; Connect, which gives one connection the whole deadline,
+// stays on the deaf one.
+func TestReconnectDialsAgainWhenUnanswered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := &stuckGuest{t: t, deaf: 2}
+	c, err := Reconnect(ctx, g, 100*time.Millisecond, nil)
+	if err != nil {
+		t.Fatalf("Reconnect: %v", err)
+	}
+	c.Close()
+	if got := g.dialled(); got != 3 {
+		t.Errorf("Reconnect dialled %d times, want 3 (two deaf, one answering)", got)
+	}
+
+	short, cancelShort := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancelShort()
+	g = &stuckGuest{t: t, deaf: 1}
+	if c, err := Connect(short, g, 10*time.Millisecond); err == nil {
+		c.Close()
+		t.Fatal("Connect got a session through a deaf channel")
+	}
+	if got := g.dialled(); got != 1 {
+		t.Errorf("Connect dialled %d times, want 1", got)
 	}
 }
