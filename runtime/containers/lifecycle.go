@@ -326,10 +326,14 @@ func (c *ctr) setUpAndStart(ctx context.Context, client *host.Client, setup prot
 // agentRetry is how often a booting guest's agent is dialled again.
 const agentRetry = 50 * time.Millisecond
 
+// reattachPatience is how long a reattach waits for the agent to answer
+// one connection before it dials again (host.Reconnect); the agent of a
+// running guest answers in well under a second even under TCG.
+const reattachPatience = 2 * time.Second
+
 // connectAgent opens a session with a guest's agent and pings it, which
-// checks the agent's protocol version (a reattached VM may run an older
-// agent) and leaves the guest's clock alone (the floor's raw boot).
-// Container and build VMs set the clock in their first request instead
+// leaves the guest's clock alone (the floor's raw boot). Container and
+// build VMs set the clock in their first request instead
 // (host.ConnectWith).
 func connectAgent(ctx context.Context, machine vmm.Machine) (*host.Client, error) {
 	return host.Connect(ctx, machine, agentRetry)
@@ -879,8 +883,9 @@ func (c *ctr) reattach(ctx context.Context) error {
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// A ping first: the VM may run an agent older than this daemon, whose
-	// protocol version the ping checks.
-	client, err := connectAgent(readyCtx, machine)
+	// protocol version the ping checks. The dead daemon's connection may
+	// have left the agent's channel stuck, which a new dial clears.
+	client, err := host.Reconnect(readyCtx, machine, reattachPatience, c.m.log)
 	if err != nil {
 		_ = machine.Kill()
 		_ = machine.Cleanup()
