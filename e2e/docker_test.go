@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,6 +180,26 @@ func restartDaemon(t *testing.T) {
 	t.Helper()
 	if err := control.do("restart"); err != nil {
 		t.Fatalf("restart %s: %v", suite.Kind, err)
+	}
+}
+
+// killDaemon kills the daemon under test with SIGKILL and leaves it down.
+// The returned func starts it again on the same state; the test's cleanup
+// does if the test did not, before the cleanups registered earlier.
+func killDaemon(t *testing.T) (start func()) {
+	t.Helper()
+	if err := control.do("kill"); err != nil {
+		t.Fatalf("kill %s: %v", suite.Kind, err)
+	}
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { _ = control.do("start") }) })
+	return func() {
+		t.Helper()
+		var err error
+		once.Do(func() { err = control.do("start") })
+		if err != nil {
+			t.Fatalf("start %s: %v", suite.Kind, err)
+		}
 	}
 }
 

@@ -353,6 +353,12 @@ func (w *world) serveControl(ctx context.Context, req *os.File, ans *os.File) {
 			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
 			err = w.daemon.Crash(rctx)
 			cancel()
+		case req == "kill":
+			err = w.daemon.Kill()
+		case req == "start":
+			rctx, cancel := context.WithTimeout(ctx, daemonTimeout)
+			err = w.daemon.Start(rctx)
+			cancel()
 		case req == "reference":
 			var host string
 			host, err = w.startReference(ctx)

@@ -190,14 +190,32 @@ func (d *Daemon) Restart(ctx context.Context) error {
 // Crash kills the daemon with SIGKILL, giving it no chance to clean up,
 // and starts it again on the same state.
 func (d *Daemon) Crash(ctx context.Context) error {
-	appendLine(d.LogPath(), "=== harness: SIGKILL")
-	if err := d.proc.kill(); err != nil {
+	if err := d.Kill(); err != nil {
 		return fmt.Errorf("crash: %w", err)
 	}
 	if err := d.start(ctx); err != nil {
 		return fmt.Errorf("crash: restart: %w", err)
 	}
 	return nil
+}
+
+// Kill kills the daemon with SIGKILL, giving it no chance to clean up, and
+// leaves it down until Start: a test can then do what happens to the
+// daemon's VMs while no daemon is there.
+func (d *Daemon) Kill() error {
+	appendLine(d.LogPath(), "=== harness: SIGKILL")
+	if err := d.proc.kill(); err != nil {
+		return fmt.Errorf("kill %s: %w", d.cfg.Kind, err)
+	}
+	return nil
+}
+
+// Start starts a killed daemon again on the same state.
+func (d *Daemon) Start(ctx context.Context) error {
+	if !d.proc.exited() {
+		return fmt.Errorf("start %s: it is running", d.cfg.Kind)
+	}
+	return d.start(ctx)
 }
 
 // Leftovers lists processes that still mention the daemon's directory on
