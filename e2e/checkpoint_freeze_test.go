@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,6 +123,50 @@ func TestCheckpointKeepsPausedContainerPaused(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestCheckpointDaemonKilledWhileFrozen: huskd is killed between a
+// checkpoint's freeze of the container's processes and their thaw. The
+// restarted daemon reaches the agent (the kill lands right after the
+// freeze's answer, which can leave QEMU's agent channel stuck until a new
+// dial), thaws the processes when it reattaches the VM, and the container
+// goes on counting. A 512 MiB guest's snapshot takes over a second here,
+// which leaves the kill, sent as soon as the daemon logs the freeze, time
+// to land before the thaw.
+func TestCheckpointDaemonKilledWhileFrozen(t *testing.T) {
+	requireHusk(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--memory", "512m", "--name", name, img, "sh", "-c", counterScript))
+	waitSteps(t, name, 2)
+
+	create := exec.Command(suite.DockerCLI, "checkpoint", "create", "--leave-running", name, "cpf")
+	create.Env = dockerEnv()
+	if err := create.Start(); err != nil {
+		t.Fatal(err)
+	}
+	froze := []string{`msg="froze the container's processes"`, "id=" + id[:12], "for=snapshot"}
+	deadline := time.Now().Add(commandTimeout)
+	for !daemonLogHas(t, froze...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("huskd never logged %q", froze)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	crashDaemon(t)
+	_ = create.Wait()
+	if daemonLogHas(t, `msg="thawed the container's processes"`, "id="+id[:12], "for=snapshot") {
+		t.Log("the thaw came before the kill; this run checks only that the container counts on")
+	}
+	if daemonLogHas(t, `msg="dialling the agent again"`) {
+		t.Log("the reattach dialled the agent again")
+	}
+
+	if got := state(t, name); got != "running 0" {
+		t.Fatalf("state after the crash = %q, want running", got)
+	}
+	n := len(steps(t, name))
+	waitSteps(t, name, n+2)
 }
 
 // TestUnpausedProcessesSeeTheHostsTime: no process of an unpaused
