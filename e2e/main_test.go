@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -298,7 +299,8 @@ func (w *world) runTests(ctx context.Context) int {
 	}
 	cmd := exec.Command(os.Args[0], os.Args[1:]...)
 	cmd.Env = append(os.Environ(), roleEnv+"=tests", stateEnv+"="+string(state))
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	failures := &harness.Failures{}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, io.MultiWriter(os.Stdout, failures), os.Stderr
 	cmd.ExtraFiles = []*os.File{reqW, ansR} // become fds 3 and 4
 	err = cmd.Start()
 	reqW.Close()
@@ -318,6 +320,7 @@ func (w *world) runTests(ctx context.Context) int {
 	// The child is gone, so its ends of the pipes are closed and
 	// serveControl sees EOF.
 	<-served
+	fmt.Print(failures.Summary())
 	reqR.Close()
 	ansW.Close()
 	if err != nil {
