@@ -114,12 +114,14 @@ func errBusy(id string) error {
 
 // guestAgent returns a session with the container's agent: the running
 // VM's, or, for a container that is not running, a VM booted with its disks
-// just for this, which release shuts down. A paused VM cannot answer.
+// just for this, which release shuts down. A paused container's agent
+// answers (only its processes are frozen, and dockerd copies to and from
+// a paused container too), unless pause had to stop the VM's vCPUs.
 func (c *ctr) guestAgent(ctx context.Context) (*host.Client, func(), error) {
 	c.mu.Lock()
 	if c.run != nil && c.rec.State.Running {
 		defer c.mu.Unlock()
-		if c.rec.State.Paused {
+		if c.run.vmPaused {
 			return nil, nil, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container first", c.rec.ID))
 		}
 		return c.run.client, func() {}, nil

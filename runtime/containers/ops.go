@@ -239,12 +239,15 @@ func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopRes
 	}
 	c.mu.Lock()
 	r := c.run
-	running, paused := c.rec.State.Running, c.rec.State.Paused
+	running := c.rec.State.Running
+	vmStopped := r != nil && r.vmPaused
 	c.mu.Unlock()
 	switch {
 	case r == nil || !running:
 		return container.TopResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not running", c.rec.ID))
-	case paused:
+	case vmStopped:
+		// dockerd lists a paused container's frozen processes, and so
+		// does the agent; only a VM whose vCPUs pause stopped cannot.
 		return container.TopResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container first", c.rec.ID))
 	}
 	procs, err := r.proc.Top(ctx)
