@@ -227,49 +227,44 @@ func TestUnpausedProcessesSeeTheHostsTime(t *testing.T) {
 // against the reference dockerd too when the supervisor has one.
 func TestPauseKeepsTheGuestsTime(t *testing.T) {
 	requireSuite(t)
-	img := pulled(t, testimages.Busybox)
-	for _, d := range underTestAndReference(t) {
-		t.Run(d.kind, func(t *testing.T) {
-			pulledAt(t, d, img)
-			name := namePrefix(t)
-			t.Cleanup(func() { cliAt(t, d.host, nil, "rm", "-f", name) })
-			mustCLIAt(t, d, "run", "-d", "--name", name, img, "sh", "-c", `while :; do read u rest < /proc/uptime; echo $u; sleep 0.1; done`)
-			uptimes := func() []float64 {
-				var out []float64
-				for _, f := range strings.Fields(mustCLIAt(t, d, "logs", name)) {
-					v, err := strconv.ParseFloat(f, 64)
-					if err != nil {
-						t.Fatalf("log line %q is not an uptime", f)
-					}
-					out = append(out, v)
+	onEachDaemon(t, func(t *testing.T, d daemonAt, img string) {
+		name := nameAt(t, d, "")
+		mustCLIAt(t, d, "run", "-d", "--name", name, img, "sh", "-c", `while :; do read u rest < /proc/uptime; echo $u; sleep 0.1; done`)
+		uptimes := func() []float64 {
+			var out []float64
+			for _, f := range strings.Fields(mustCLIAt(t, d, "logs", name)) {
+				v, err := strconv.ParseFloat(f, 64)
+				if err != nil {
+					t.Fatalf("log line %q is not an uptime", f)
 				}
-				return out
+				out = append(out, v)
 			}
-			eventually(t, name+" prints", func() string {
-				if n := len(uptimes()); n < 5 {
-					return fmt.Sprintf("%d lines", n)
-				}
-				return ""
-			})
-			mustCLIAt(t, d, "pause", name)
-			time.Sleep(500 * time.Millisecond) // the last line before the freeze is stored
-			before := uptimes()
-			time.Sleep(3 * time.Second)
-			mustCLIAt(t, d, "unpause", name)
-			var after []float64
-			eventually(t, name+" prints after its unpause", func() string {
-				if after = uptimes(); len(after) < len(before)+3 {
-					return fmt.Sprintf("%d lines after the unpause", len(after)-len(before))
-				}
-				return ""
-			})
-			// The first line after the unpause may be the one the loop
-			// was making when the freeze came.
-			last, resumed := before[len(before)-1], after[len(before)+2]
-			t.Logf("%s: uptime %.2f before the pause, %.2f on the third line after it", d.kind, last, resumed)
-			if resumed-last < 2.5 {
-				t.Errorf("%s: the container's uptime went from %.2f to %.2f across a 3 s pause", d.kind, last, resumed)
+			return out
+		}
+		eventually(t, name+" prints", func() string {
+			if n := len(uptimes()); n < 5 {
+				return fmt.Sprintf("%d lines", n)
 			}
+			return ""
 		})
-	}
+		mustCLIAt(t, d, "pause", name)
+		time.Sleep(500 * time.Millisecond) // the last line before the freeze is stored
+		before := uptimes()
+		time.Sleep(3 * time.Second)
+		mustCLIAt(t, d, "unpause", name)
+		var after []float64
+		eventually(t, name+" prints after its unpause", func() string {
+			if after = uptimes(); len(after) < len(before)+3 {
+				return fmt.Sprintf("%d lines after the unpause", len(after)-len(before))
+			}
+			return ""
+		})
+		// The first line after the unpause may be the one the loop
+		// was making when the freeze came.
+		last, resumed := before[len(before)-1], after[len(before)+2]
+		t.Logf("%s: uptime %.2f before the pause, %.2f on the third line after it", d.kind, last, resumed)
+		if resumed-last < 2.5 {
+			t.Errorf("%s: the container's uptime went from %.2f to %.2f across a 3 s pause", d.kind, last, resumed)
+		}
+	})
 }

@@ -54,6 +54,27 @@ func mustCLIAt(t *testing.T, d daemonAt, args ...string) string {
 	return strings.TrimSpace(r.Stdout)
 }
 
+// onEachDaemon runs test as a subtest against each daemon of
+// underTestAndReference, with the suite's busybox image, img, pulled there.
+func onEachDaemon(t *testing.T, test func(t *testing.T, d daemonAt, img string)) {
+	t.Helper()
+	img := pulled(t, testimages.Busybox)
+	for _, d := range underTestAndReference(t) {
+		t.Run(d.kind, func(t *testing.T) {
+			pulledAt(t, d, img)
+			test(t, d, img)
+		})
+	}
+}
+
+// nameAt is a container name unique to t (plus suffix) whose container is
+// removed from d when t ends.
+func nameAt(t *testing.T, d daemonAt, suffix string) string {
+	n := namePrefix(t) + suffix
+	t.Cleanup(func() { cliAt(t, d.host, nil, "rm", "-f", n) })
+	return n
+}
+
 // pulledAt makes sure d has img, which the suite's registry serves.
 func pulledAt(t *testing.T, d daemonAt, img string) {
 	t.Helper()
@@ -70,50 +91,42 @@ func pulledAt(t *testing.T, d daemonAt, img string) {
 // against the reference dockerd too when the supervisor has one.
 func TestClientGoneMidRequest(t *testing.T) {
 	requireSuite(t)
-	img := pulled(t, testimages.Busybox)
-	for _, d := range underTestAndReference(t) {
-		t.Run(d.kind, func(t *testing.T) {
-			pulledAt(t, d, img)
-			name := func(suffix string) string {
-				n := namePrefix(t) + suffix
-				t.Cleanup(func() { cliAt(t, d.host, nil, "rm", "-f", n) })
-				return n
+	onEachDaemon(t, func(t *testing.T, d daemonAt, img string) {
+		name := func(suffix string) string { return nameAt(t, d, suffix) }
+		state := func(n string) string {
+			return mustCLIAt(t, d, "inspect", "-f", "{{.State.Status}} {{.State.StartedAt}}", n)
+		}
+
+		started := name("-start")
+		mustCLIAt(t, d, "create", "--name", started, img, "sleep", "600")
+		hangUpAfter(t, d.host, "POST", "/containers/"+started+"/start")
+
+		stopped := name("-stop")
+		mustCLIAt(t, d, "run", "-d", "--name", stopped, img, "sleep", "600")
+		hangUpAfter(t, d.host, "POST", "/containers/"+stopped+"/stop?t=1")
+
+		restarted := name("-restart")
+		mustCLIAt(t, d, "run", "-d", "--name", restarted, img, "sleep", "600")
+		before := state(restarted)
+		hangUpAfter(t, d.host, "POST", "/containers/"+restarted+"/restart?t=1")
+
+		eventually(t, started+" started", func() string {
+			if s := state(started); !strings.HasPrefix(s, "running ") {
+				return s
 			}
-			state := func(n string) string {
-				return mustCLIAt(t, d, "inspect", "-f", "{{.State.Status}} {{.State.StartedAt}}", n)
-			}
-
-			started := name("-start")
-			mustCLIAt(t, d, "create", "--name", started, img, "sleep", "600")
-			hangUpAfter(t, d.host, "POST", "/containers/"+started+"/start")
-
-			stopped := name("-stop")
-			mustCLIAt(t, d, "run", "-d", "--name", stopped, img, "sleep", "600")
-			hangUpAfter(t, d.host, "POST", "/containers/"+stopped+"/stop?t=1")
-
-			restarted := name("-restart")
-			mustCLIAt(t, d, "run", "-d", "--name", restarted, img, "sleep", "600")
-			before := state(restarted)
-			hangUpAfter(t, d.host, "POST", "/containers/"+restarted+"/restart?t=1")
-
-			eventually(t, started+" started", func() string {
-				if s := state(started); !strings.HasPrefix(s, "running ") {
-					return s
-				}
-				return ""
-			})
-			eventually(t, stopped+" stopped", func() string {
-				if s := state(stopped); !strings.HasPrefix(s, "exited ") {
-					return s
-				}
-				return ""
-			})
-			eventually(t, restarted+" restarted", func() string {
-				if s := state(restarted); !strings.HasPrefix(s, "running ") || s == before {
-					return fmt.Sprintf("%s (before the restart: %s)", s, before)
-				}
-				return ""
-			})
+			return ""
 		})
-	}
+		eventually(t, stopped+" stopped", func() string {
+			if s := state(stopped); !strings.HasPrefix(s, "exited ") {
+				return s
+			}
+			return ""
+		})
+		eventually(t, restarted+" restarted", func() string {
+			if s := state(restarted); !strings.HasPrefix(s, "running ") || s == before {
+				return fmt.Sprintf("%s (before the restart: %s)", s, before)
+			}
+			return ""
+		})
+	})
 }

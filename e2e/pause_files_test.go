@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/husk-vm/husk/e2e/testimages"
 )
 
 // TestPausedContainerServesItsFiles: a paused container's processes are
@@ -19,63 +17,59 @@ import (
 // has one.
 func TestPausedContainerServesItsFiles(t *testing.T) {
 	requireSuite(t)
-	img := pulled(t, testimages.Busybox)
-	for _, d := range underTestAndReference(t) {
-		t.Run(d.kind, func(t *testing.T) {
-			pulledAt(t, d, img)
-			name := namePrefix(t)
-			tag := name + ":committed"
-			t.Cleanup(func() {
-				cliAt(t, d.host, nil, "rm", "-f", name)
-				cliAt(t, d.host, nil, "rmi", tag)
-			})
-			mustCLIAt(t, d, "run", "-d", "--name", name, img, "sh", "-c", "echo made > /made; exec sleep 1000")
-			eventually(t, "the container wrote /made", func() string {
-				if r := cliAt(t, d.host, nil, "exec", name, "cat", "/made"); r.Code != 0 || r.Stdout != "made\n" {
-					return r.Stdout + r.Stderr
-				}
-				return ""
-			})
-			mustCLIAt(t, d, "pause", name)
-
-			if top := mustCLIAt(t, d, "top", name); !strings.Contains(top, "sleep 1000") {
-				t.Errorf("top of the paused container:\n%s\nwant its sleep 1000", top)
-			}
-			if diff := mustCLIAt(t, d, "diff", name); !strings.Contains(diff, "A /made") {
-				t.Errorf("diff of the paused container:\n%s\nwant A /made", diff)
-			}
-			dir := t.TempDir()
-			mustCLIAt(t, d, "cp", name+":/made", dir)
-			if b, err := os.ReadFile(filepath.Join(dir, "made")); err != nil || string(b) != "made\n" {
-				t.Errorf("cp out of the paused container gave %q, %v; want \"made\\n\"", b, err)
-			}
-			put := filepath.Join(dir, "put")
-			if err := os.WriteFile(put, []byte("put\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			mustCLIAt(t, d, "cp", put, name+":/put")
-			exported := filepath.Join(dir, "export.tar")
-			mustCLIAt(t, d, "export", "-o", exported, name)
-			if got := tarFile(t, exported, "made"); got != "made\n" {
-				t.Errorf("export of the paused container has made = %q, want \"made\\n\"", got)
-			}
-			mustCLIAt(t, d, "commit", name, tag)
-			if r := cliAt(t, d.host, nil, "exec", name, "true"); r.Code == 0 || !strings.Contains(r.Stderr, "is paused") {
-				t.Errorf("exec in the paused container: exit %d, %q; want refused as paused", r.Code, r.Stderr)
-			}
-			if got := mustCLIAt(t, d, "inspect", "-f", "{{.State.Status}}", name); got != "paused" {
-				t.Errorf("after all that the container is %q, want still paused", got)
-			}
-
-			mustCLIAt(t, d, "unpause", name)
-			if got := mustCLIAt(t, d, "exec", name, "cat", "/put"); got != "put" {
-				t.Errorf("the file copied in while paused reads %q, want put", got)
-			}
-			if got := mustCLIAt(t, d, "run", "--rm", tag, "cat", "/made", "/put"); got != "made\nput" {
-				t.Errorf("the image committed while paused has %q, want made and put", got)
-			}
+	onEachDaemon(t, func(t *testing.T, d daemonAt, img string) {
+		name := nameAt(t, d, "")
+		tag := name + ":committed"
+		t.Cleanup(func() {
+			cliAt(t, d.host, nil, "rm", "-f", name)
+			cliAt(t, d.host, nil, "rmi", tag)
 		})
-	}
+		mustCLIAt(t, d, "run", "-d", "--name", name, img, "sh", "-c", "echo made > /made; exec sleep 1000")
+		eventually(t, "the container wrote /made", func() string {
+			if r := cliAt(t, d.host, nil, "exec", name, "cat", "/made"); r.Code != 0 || r.Stdout != "made\n" {
+				return r.Stdout + r.Stderr
+			}
+			return ""
+		})
+		mustCLIAt(t, d, "pause", name)
+
+		if top := mustCLIAt(t, d, "top", name); !strings.Contains(top, "sleep 1000") {
+			t.Errorf("top of the paused container:\n%s\nwant its sleep 1000", top)
+		}
+		if diff := mustCLIAt(t, d, "diff", name); !strings.Contains(diff, "A /made") {
+			t.Errorf("diff of the paused container:\n%s\nwant A /made", diff)
+		}
+		dir := t.TempDir()
+		mustCLIAt(t, d, "cp", name+":/made", dir)
+		if b, err := os.ReadFile(filepath.Join(dir, "made")); err != nil || string(b) != "made\n" {
+			t.Errorf("cp out of the paused container gave %q, %v; want \"made\\n\"", b, err)
+		}
+		put := filepath.Join(dir, "put")
+		if err := os.WriteFile(put, []byte("put\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mustCLIAt(t, d, "cp", put, name+":/put")
+		exported := filepath.Join(dir, "export.tar")
+		mustCLIAt(t, d, "export", "-o", exported, name)
+		if got := tarFile(t, exported, "made"); got != "made\n" {
+			t.Errorf("export of the paused container has made = %q, want \"made\\n\"", got)
+		}
+		mustCLIAt(t, d, "commit", name, tag)
+		if r := cliAt(t, d.host, nil, "exec", name, "true"); r.Code == 0 || !strings.Contains(r.Stderr, "is paused") {
+			t.Errorf("exec in the paused container: exit %d, %q; want refused as paused", r.Code, r.Stderr)
+		}
+		if got := mustCLIAt(t, d, "inspect", "-f", "{{.State.Status}}", name); got != "paused" {
+			t.Errorf("after all that the container is %q, want still paused", got)
+		}
+
+		mustCLIAt(t, d, "unpause", name)
+		if got := mustCLIAt(t, d, "exec", name, "cat", "/put"); got != "put" {
+			t.Errorf("the file copied in while paused reads %q, want put", got)
+		}
+		if got := mustCLIAt(t, d, "run", "--rm", tag, "cat", "/made", "/put"); got != "made\nput" {
+			t.Errorf("the image committed while paused has %q, want made and put", got)
+		}
+	})
 }
 
 // tarFile is the content of the entry called name (without a leading
