@@ -112,6 +112,13 @@ func errBusy(id string) error {
 	return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is busy: files are being copied while it is stopped", id))
 }
 
+// errVMStopped refuses what needs the agent of a container whose pause
+// had to stop its VM's vCPUs (an agent that cannot freeze), in dockerd's
+// words for a paused container.
+func errVMStopped(id string) error {
+	return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container first", id))
+}
+
 // guestAgent returns a session with the container's agent: the running
 // VM's, or, for a container that is not running, a VM booted with its disks
 // just for this, which release shuts down. A paused container's agent
@@ -122,7 +129,7 @@ func (c *ctr) guestAgent(ctx context.Context) (*host.Client, func(), error) {
 	if c.run != nil && c.rec.State.Running {
 		defer c.mu.Unlock()
 		if c.run.vmPaused {
-			return nil, nil, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container first", c.rec.ID))
+			return nil, nil, errVMStopped(c.rec.ID)
 		}
 		return c.run.client, func() {}, nil
 	}

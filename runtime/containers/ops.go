@@ -107,7 +107,8 @@ func (c *ctr) pauseLocked(ctx context.Context, r *run) error {
 	return nil
 }
 
-// Unpause resumes a paused container's VM.
+// Unpause thaws a paused container's processes, or resumes its VM where
+// Pause had to stop it.
 func (m *Manager) Unpause(ctx context.Context, ref string) error {
 	c, err := m.lookup(ref)
 	if err != nil {
@@ -172,8 +173,8 @@ func (c *ctr) freshenResumed(ctx context.Context, r *run) {
 // snapshot's, the same in every copy, until it came. A paused container
 // is frozen and nothing more, as under dockerd. An agent older than the
 // op cannot freeze, and its container is snapshot as it is, or paused by
-// stopping its VM. A freeze that fails fails the snapshot or pause, as CRIU's and
-// runc's do.
+// stopping its VM. A freeze that fails fails the snapshot or pause, as
+// CRIU's and runc's do.
 func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, error) {
 	start := time.Now()
 	err := r.client.Freeze(ctx, true)
@@ -212,9 +213,9 @@ func (c *ctr) thawAfterSnapshot(ctx context.Context, r *run) {
 	}
 }
 
-// resumeForSignal resumes a paused container before it is signalled: a
-// paused guest cannot deliver a signal, and dockerd stops and kills paused
-// containers.
+// resumeForSignal unpauses a paused container before it is signalled: a
+// frozen process acts on no signal and a stopped VM delivers none, and
+// dockerd stops and kills paused containers.
 func (c *ctr) resumeForSignal(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -248,7 +249,7 @@ func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopRes
 	case vmStopped:
 		// dockerd lists a paused container's frozen processes, and so
 		// does the agent; only a VM whose vCPUs pause stopped cannot.
-		return container.TopResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is paused, unpause the container first", c.rec.ID))
+		return container.TopResponse{}, errVMStopped(c.rec.ID)
 	}
 	procs, err := r.proc.Top(ctx)
 	if err != nil {
