@@ -756,8 +756,8 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	args = append(args, shareArgs...)
 	args = append(args,
 		"-device", serial+",id=vserial,max_ports="+strconv.Itoa(serialPorts)+slotOpt(machine, serialSlot),
-		"-chardev", "socket,id=agent,path="+agentSocket+",server=on,wait=off",
-		"-device", "virtserialport,bus=vserial.0,chardev=agent,name="+proto.PortName,
+		"-chardev", "socket,id="+agentChardev+",path="+agentSocket+",server=on,wait=off",
+		"-device", "virtserialport,bus=vserial.0,chardev="+agentChardev+",name="+proto.PortName,
 	)
 	return args, nil
 }
@@ -1041,6 +1041,9 @@ type Machine struct {
 	// own is what the driver knows of its binaries' commands; nil, the
 	// VM's QEMU is asked every time.
 	own *ownCommands
+	// earlyAgent is a connection to the agent's channel made before the
+	// VM resumed (agentdial.go), for the next DialAgent.
+	earlyAgent net.Conn
 }
 
 var _ vmm.Machine = (*Machine)(nil)
@@ -1067,12 +1070,20 @@ func (m *Machine) PID() int { return m.pid }
 // DialAgent implements vmm.Machine. QEMU serves one client on the agent
 // socket at a time: while a connection is open a second one is accepted
 // by the kernel but not served until the first closes. After a close QEMU
-// listens again, so a new DialAgent works.
+// listens again, so a new DialAgent works. The first DialAgent after a
+// Restore, or a Resume of a VM whose channel had no client, returns the
+// connection made before the VM ran (agentdial.go).
 func (m *Machine) DialAgent(ctx context.Context) (net.Conn, error) {
 	select {
 	case <-m.done:
+		if c := m.takeEarlyAgent(); c != nil {
+			c.Close()
+		}
 		return nil, fmt.Errorf("dial agent: qemu %d has exited", m.pid)
 	default:
+	}
+	if c := m.takeEarlyAgent(); c != nil {
+		return c, nil
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", m.path(agentSocket))
@@ -1135,6 +1146,9 @@ func (m *Machine) Cleanup() error {
 		return fmt.Errorf("cleanup: qemu %d still running: %w", m.pid, errdefs.ErrFailedPrecondition)
 	}
 	m.releaseFDs()
+	if c := m.takeEarlyAgent(); c != nil {
+		c.Close()
+	}
 	return removeRuntimeFiles(m.dir)
 }
 

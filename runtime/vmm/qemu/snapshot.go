@@ -475,6 +475,15 @@ func (m *Machine) Resume(ctx context.Context) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	unattended, err := agentUnattended(ctx, q)
+	if err != nil {
+		return fmt.Errorf("qemu %d: %w", m.pid, err)
+	}
+	if unattended {
+		if err := m.dialAgentEarly(ctx); err != nil {
+			return err
+		}
+	}
 	if err := q.Execute(ctx, "cont", nil, nil); err != nil {
 		return fmt.Errorf("qemu %d cont: %w", m.pid, err)
 	}
@@ -584,6 +593,9 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 		if err := cfg.BeforeResume(ctx); err != nil {
 			return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 		}
+	}
+	if err := m.dialAgentEarly(ctx); err != nil {
+		return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 	}
 	if err := q.Execute(ctx, "cont", nil, nil); err != nil {
 		return nil, fmt.Errorf("restore vm %s: resume: %w", cfg.ID, err)

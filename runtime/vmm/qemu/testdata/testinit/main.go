@@ -83,6 +83,16 @@ func run() error {
 			reply = "pong"
 		case "media":
 			reply = "media" + media()
+		case "chatter":
+			// Lines the host never asked for, as an agent forwarding a
+			// container's output writes them, from now on.
+			go func() {
+				for i := 0; ; i++ {
+					fmt.Fprintf(f, "tick %d\n", i)
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+			reply = "chattering"
 		case "incr":
 			// Memory that must survive a snapshot and restore.
 			counter++

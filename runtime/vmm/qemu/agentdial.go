@@ -1,0 +1,87 @@
+package qemu
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+)
+
+// A client on the agent's channel before a stopped VM runs again.
+//
+// QEMU 7.2's virtio-console takes its chardev's events only while the VM
+// runs: a client that leaves while the VM is stopped (a daemon that died
+// during a snapshot) is never reported to the port, which still counts
+// the host as there. When the VM runs again, the guest's next write
+// finds a socket without a client: flush_buf throttles the port and
+// cannot add the watch that would lift the throttle (there is no
+// connection to watch), and a later client's open event does not lift
+// it either. The agent then hears the new host and its answers never
+// leave the guest. A restored VM has the same window, between the
+// resume and the port's post-load event that tells the guest the host
+// is gone: a guest that writes in it (an answer, output it was still
+// forwarding at the snapshot) throttles the port for good.
+//
+// A client that is on the socket when the VM resumes takes those writes,
+// so Restore, and Resume of a stopped VM whose channel has no client,
+// connect before they resume and keep the connection for the next
+// DialAgent. Resume leaves a channel with a client alone: that is a live
+// daemon's session, which a second connection would only queue behind.
+
+// agentChardev is the agent channel's chardev id (see args).
+const agentChardev = "agent"
+
+// dialAgentEarly connects to the agent's socket and keeps the connection
+// for DialAgent. Callers have checked that no client is on it.
+func (m *Machine) dialAgentEarly(ctx context.Context) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", m.path(agentSocket))
+	if err != nil {
+		return fmt.Errorf("qemu %d: connect to the agent before resuming: %w", m.pid, err)
+	}
+	m.mu.Lock()
+	old := m.earlyAgent
+	m.earlyAgent = c
+	m.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+// takeEarlyAgent returns the connection dialAgentEarly made, once.
+func (m *Machine) takeEarlyAgent() net.Conn {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.earlyAgent
+	m.earlyAgent = nil
+	return c
+}
+
+// agentUnattended says whether a stopped VM's agent channel has no
+// client, by QMP's query-chardev. A running VM's port hears its clients
+// come and go, so it is never unattended in this sense.
+func agentUnattended(ctx context.Context, q *QMP) (bool, error) {
+	var st struct {
+		Running bool `json:"running"`
+	}
+	if err := q.Execute(ctx, "query-status", nil, &st); err != nil {
+		return false, err
+	}
+	if st.Running {
+		return false, nil
+	}
+	var chardevs []struct {
+		Label    string `json:"label"`
+		Filename string `json:"filename"`
+	}
+	if err := q.Execute(ctx, "query-chardev", nil, &chardevs); err != nil {
+		return false, err
+	}
+	for _, c := range chardevs {
+		if c.Label == agentChardev {
+			return strings.HasPrefix(c.Filename, "disconnected:"), nil
+		}
+	}
+	return false, nil
+}
