@@ -60,7 +60,10 @@ func ConnectWith(ctx context.Context, g Guest, retry time.Duration, first func(c
 // sequence in a reattach that timed out. Closing the connection does
 // reach the port, now that the VM runs: it lifts the throttle and drops
 // what the guest had queued, the agent sees the host go, and the next
-// dial starts a clean session.
+// dial starts a clean session. The QEMU driver's Resume of such a VM
+// connects before the VM runs, which closes that window; a dial again is
+// still needed for a VM that ran on without a client, resumed by hand or
+// by a daemon that died after resuming it.
 func Reconnect(ctx context.Context, g Guest, patience time.Duration, log *slog.Logger) (*Client, error) {
 	return connect(ctx, g, reconnectRetry, ping, patience, log)
 }
