@@ -402,3 +402,40 @@ func vmmProcesses(t *testing.T, id string) []int {
 	t.Helper()
 	return processesUnder(t, filepath.Join(filepath.Dir(suite.DaemonLog), "root", "containers", id))
 }
+
+// TestCheckpointOutlivesInitramfsRebuild: the daemon's guest initramfs
+// is built again from the same agent, as after a daemon of another
+// version pruned it, or a lost cache. Checkpoints record the archive's
+// digest, and one made before must still restore: an archive dated at
+// its build was refused ("made with another guest initramfs").
+func TestCheckpointOutlivesInitramfsRebuild(t *testing.T) {
+	requireHusk(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, img, "sh", "-c", counterScript)
+	waitSteps(t, name, 2)
+	mustDocker(t, "checkpoint", "create", name, "cpr")
+	atCheckpoint := steps(t, name)
+
+	start := killDaemon(t)
+	cache := filepath.Join(filepath.Dir(suite.DaemonLog), "root", "kernel")
+	archives, err := filepath.Glob(filepath.Join(cache, "initramfs-*"))
+	if err != nil || len(archives) == 0 {
+		t.Fatalf("no initramfs in %s (%v)", cache, err)
+	}
+	for _, a := range archives {
+		if err := os.Remove(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start()
+	if rebuilt, _ := filepath.Glob(filepath.Join(cache, "initramfs-*")); len(rebuilt) == 0 {
+		t.Fatalf("the restarted daemon built no initramfs in %s", cache)
+	}
+
+	if r := docker(t, "start", "--checkpoint", "cpr", name); r.Code != 0 {
+		t.Fatalf("start --checkpoint after the rebuild = %+v", r)
+	}
+	after := waitSteps(t, name, len(atCheckpoint)+2)
+	continuesFrom(t, name, after, len(atCheckpoint), lastCount(atCheckpoint))
+}

@@ -214,7 +214,11 @@ func writeInitramfs(ctx context.Context, out io.Writer, bins guestBinaries, mods
 			return fmt.Errorf("add container init: %w", err)
 		}
 	}
-	if err := addInitLayer(cw); err != nil {
+	agent, err := os.Stat(bins.agent)
+	if err != nil {
+		return fmt.Errorf("add init layer: %w", err)
+	}
+	if err := addInitLayer(cw, agent.ModTime()); err != nil {
 		return err
 	}
 	var order strings.Builder
@@ -248,16 +252,18 @@ func writeInitramfs(ctx context.Context, out io.Writer, bins guestBinaries, mods
 
 // addInitLayer adds the init layer and the lost+found whiteout the agent
 // stacks into every container's overlay (proto.InitLayerDir), owned by
-// root like every entry. They are dated now, as dockerd dates its init
-// layer when it makes it: a container shows these times on its /etc and
-// /.dockerenv.
-func addInitLayer(cw *cpio.Writer) error {
+// root like every entry. A container shows their times on its /etc and
+// /.dockerenv, which dockerd dates when it makes a container's init
+// layer. They are dated as the agent binary, its install, and not as
+// the archive's build: checkpoints and templates record the archive's
+// digest, and an archive built again for the same agent (after a prune,
+// or a lost cache) must have the same one, or they are all refused.
+func addInitLayer(cw *cpio.Writer, dated time.Time) error {
 	layer := strings.TrimPrefix(proto.InitLayerDir, "/")
 	hide := strings.TrimPrefix(proto.HideLostFoundDir, "/")
-	now := time.Now()
 	// data is a symlink's target.
 	add := func(name string, mode cpio.FileMode, data string) error {
-		h := &cpio.Header{Name: name, Mode: mode, Size: int64(len(data)), ModTime: now}
+		h := &cpio.Header{Name: name, Mode: mode, Size: int64(len(data)), ModTime: dated}
 		if mode&^cpio.ModePerm == cpio.TypeDir {
 			h.Links = 2
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cavaliergopher/cpio"
 
@@ -115,6 +116,10 @@ func TestInitramfsContent(t *testing.T) {
 			if err := os.WriteFile(agent, agentBytes, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			installed := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+			if err := os.Chtimes(agent, installed, installed); err != nil {
+				t.Fatal(err)
+			}
 			mods, err := GuestModules(k)
 			if err != nil {
 				t.Fatal(err)
@@ -124,6 +129,16 @@ func TestInitramfsContent(t *testing.T) {
 				t.Fatal(err)
 			}
 			entries, order := readArchive(t, path)
+			// Built again elsewhere from the same files, the archive is
+			// the same to the byte: its digest is what checkpoints and
+			// templates are checked against.
+			again, err := buildInitramfs(context.Background(), guestBinaries{agent: agent}, mods, t.TempDir(), compress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, b := readFile(t, path), readFile(t, again); !bytes.Equal(a, b) {
+				t.Error("two builds of the same files differ")
+			}
 
 			init, ok := entries["init"]
 			if !ok {
@@ -176,6 +191,9 @@ func TestInitramfsContent(t *testing.T) {
 				}[e.Kind]
 				if got.hdr.Mode != want || got.hdr.Uid != 0 || got.hdr.Guid != 0 {
 					t.Errorf("%s: mode %o owner %d:%d, want %o root's", name, got.hdr.Mode, got.hdr.Uid, got.hdr.Guid, want)
+				}
+				if !got.hdr.ModTime.Equal(installed) {
+					t.Errorf("%s dated %v, want the agent's %v", name, got.hdr.ModTime, installed)
 				}
 				if e.Kind == proto.InitLayerSymlink && got.hdr.Linkname != e.Target {
 					t.Errorf("%s -> %q, want %q", name, got.hdr.Linkname, e.Target)
@@ -390,4 +408,13 @@ func TestStripModuleSignature(t *testing.T) {
 			}
 		})
 	}
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
