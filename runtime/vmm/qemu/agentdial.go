@@ -34,18 +34,14 @@ const agentChardev = "agent"
 // dialAgentEarly connects to the agent's socket and keeps the connection
 // for DialAgent. Callers have checked that no client is on it.
 func (m *Machine) dialAgentEarly(ctx context.Context) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", m.path(agentSocket))
+	c, err := m.dialAgentSocket(ctx)
 	if err != nil {
 		return fmt.Errorf("qemu %d: connect to the agent before resuming: %w", m.pid, err)
 	}
+	m.dropEarlyAgent()
 	m.mu.Lock()
-	old := m.earlyAgent
 	m.earlyAgent = c
 	m.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
 	return nil
 }
 
@@ -56,6 +52,14 @@ func (m *Machine) takeEarlyAgent() net.Conn {
 	c := m.earlyAgent
 	m.earlyAgent = nil
 	return c
+}
+
+// dropEarlyAgent closes a connection dialAgentEarly made that nobody
+// took.
+func (m *Machine) dropEarlyAgent() {
+	if c := m.takeEarlyAgent(); c != nil {
+		c.Close()
+	}
 }
 
 // agentUnattended says whether a stopped VM's agent channel has no

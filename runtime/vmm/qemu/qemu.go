@@ -1076,21 +1076,23 @@ func (m *Machine) PID() int { return m.pid }
 func (m *Machine) DialAgent(ctx context.Context) (net.Conn, error) {
 	select {
 	case <-m.done:
-		if c := m.takeEarlyAgent(); c != nil {
-			c.Close()
-		}
+		m.dropEarlyAgent()
 		return nil, fmt.Errorf("dial agent: qemu %d has exited", m.pid)
 	default:
 	}
 	if c := m.takeEarlyAgent(); c != nil {
 		return c, nil
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", m.path(agentSocket))
+	c, err := m.dialAgentSocket(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("dial agent: %w", err)
 	}
 	return c, nil
+}
+
+func (m *Machine) dialAgentSocket(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", m.path(agentSocket))
 }
 
 // QMP opens a monitor session; the caller closes it. QEMU serves one
@@ -1146,9 +1148,7 @@ func (m *Machine) Cleanup() error {
 		return fmt.Errorf("cleanup: qemu %d still running: %w", m.pid, errdefs.ErrFailedPrecondition)
 	}
 	m.releaseFDs()
-	if c := m.takeEarlyAgent(); c != nil {
-		c.Close()
-	}
+	m.dropEarlyAgent()
 	return removeRuntimeFiles(m.dir)
 }
 
