@@ -379,7 +379,7 @@ func TestCheckpointDaemonKilled(t *testing.T) {
 	if ls != "CHECKPOINT NAME\n" && ls != "CHECKPOINT NAME\ncpk\n" {
 		t.Errorf("checkpoint ls after the crash = %q, want nothing or the complete cpk", ls)
 	}
-	dir := filepath.Join(filepath.Dir(suite.DaemonLog), "root", "containers", id, "checkpoints")
+	dir := filepath.Join(suite.DaemonRoot, "containers", id, "checkpoints")
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if e.Name() != "cpk" {
@@ -400,7 +400,7 @@ func TestCheckpointDaemonKilled(t *testing.T) {
 // directory, as its VMM does.
 func vmmProcesses(t *testing.T, id string) []int {
 	t.Helper()
-	return processesUnder(t, filepath.Join(filepath.Dir(suite.DaemonLog), "root", "containers", id))
+	return processesUnder(t, filepath.Join(suite.DaemonRoot, "containers", id))
 }
 
 // TestCheckpointOutlivesInitramfsRebuild: the daemon's guest initramfs
@@ -418,7 +418,7 @@ func TestCheckpointOutlivesInitramfsRebuild(t *testing.T) {
 	atCheckpoint := steps(t, name)
 
 	start := killDaemon(t)
-	cache := filepath.Join(filepath.Dir(suite.DaemonLog), "root", "kernel")
+	cache := filepath.Join(suite.DaemonRoot, "kernel")
 	archives, err := filepath.Glob(filepath.Join(cache, "initramfs-*"))
 	if err != nil || len(archives) == 0 {
 		t.Fatalf("no initramfs in %s (%v)", cache, err)

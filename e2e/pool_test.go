@@ -17,7 +17,7 @@ import (
 // in its container's directory instead.
 func poolVMs(t *testing.T) []int {
 	t.Helper()
-	return processesUnder(t, filepath.Join(filepath.Dir(suite.DaemonLog), "root", "pool"))
+	return processesUnder(t, filepath.Join(suite.DaemonRoot, "pool"))
 }
 
 // processesUnder lists the pids of the processes whose working directory
