@@ -190,3 +190,54 @@ func OutputTail(path string) string {
 	}
 	return string(b)
 }
+
+// Threads describes each of pid's threads as "name state wchan", with
+// the system call it is in when the caller may read that ("syscall 7"):
+// enough to see which thread of a VMM that stopped answering is blocked,
+// and in what. Threads that end while they are read are left out.
+func Threads(pid int) ([]string, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("threads of %d: %w", pid, err)
+	}
+	var out []string
+	for _, t := range tasks {
+		td := filepath.Join(dir, t.Name())
+		stat, err := os.ReadFile(filepath.Join(td, "stat"))
+		if err != nil {
+			continue
+		}
+		name, state, ok := statNameState(string(stat))
+		if !ok {
+			continue
+		}
+		line := t.Name() + " " + name + " " + state
+		if w, err := os.ReadFile(filepath.Join(td, "wchan")); err == nil && len(w) > 0 && string(w) != "0" {
+			line += " " + string(w)
+		}
+		if sc, err := os.ReadFile(filepath.Join(td, "syscall")); err == nil {
+			if f := strings.Fields(string(sc)); len(f) > 0 && f[0] != "running" && f[0] != "-1" {
+				line += " syscall " + f[0]
+			}
+		}
+		out = append(out, line)
+	}
+	return out, nil
+}
+
+// statNameState takes the name and state out of a /proc stat line. The
+// name is in parentheses and may itself hold spaces and parentheses, so
+// it runs to the last ")".
+func statNameState(stat string) (name, state string, ok bool) {
+	open := strings.IndexByte(stat, '(')
+	end := strings.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return "", "", false
+	}
+	rest := strings.Fields(stat[end+1:])
+	if len(rest) == 0 {
+		return "", "", false
+	}
+	return stat[open+1 : end], rest[0], true
+}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -113,5 +114,45 @@ func TestKill(t *testing.T) {
 	}
 	if err := WaitDone(context.Background(), done); err != nil {
 		t.Errorf("WaitDone after exit: %v", err)
+	}
+}
+
+func TestStatNameState(t *testing.T) {
+	for _, tc := range []struct {
+		stat, name, state string
+		ok                bool
+	}{
+		{"1234 (qemu-system-x86) S 1 1234 1234 0", "qemu-system-x86", "S", true},
+		{"1235 (CPU 0/TCG) R 1 1234", "CPU 0/TCG", "R", true},
+		{"1236 (a) b) (c) T 1", "a) b) (c", "T", true},
+		{"1237 (unterminated S 1", "", "", false},
+		{"1238 (nothing after)", "", "", false},
+	} {
+		name, state, ok := statNameState(tc.stat)
+		if name != tc.name || state != tc.state || ok != tc.ok {
+			t.Errorf("statNameState(%q) = %q, %q, %v; want %q, %q, %v", tc.stat, name, state, ok, tc.name, tc.state, tc.ok)
+		}
+	}
+}
+
+func TestThreads(t *testing.T) {
+	threads, err := Threads(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Go test binary runs several threads, each listed by its ID.
+	if len(threads) < 2 {
+		t.Fatalf("threads %q", threads)
+	}
+	self := strconv.Itoa(os.Getpid()) + " "
+	var found bool
+	for _, th := range threads {
+		found = found || strings.HasPrefix(th, self)
+	}
+	if !found {
+		t.Errorf("threads %q lack the main thread %s", threads, self)
+	}
+	if _, err := Threads(0x7ffffff0); err == nil {
+		t.Error("threads of a process that does not exist")
 	}
 }
