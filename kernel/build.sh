@@ -31,6 +31,10 @@ if [ -n "$missing" ]; then
 fi
 make -s -j"$(nproc)" bzImage
 version=$(make -s kernelrelease)
+# The map names the addresses huskd logs for a guest that hangs
+# (kernel.Symbols); Debian's kernel has it in /boot.
+cp System.map "$out/System.map-$version.tmp"
+mv "$out/System.map-$version.tmp" "$out/System.map-$version"
 cp arch/x86/boot/bzImage "$out/bzImage-$version.tmp"
 mv "$out/bzImage-$version.tmp" "$out/bzImage-$version"
 touch "$out/bzImage-$version.monolithic"
