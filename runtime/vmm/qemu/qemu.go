@@ -653,8 +653,11 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 	if machine == MachineQ35 {
 		args[1] += q35Options
 	}
+	// debug-threads names QEMU's threads ("CPU 0/TCG", "worker"), which
+	// a stalled guest's report lists (DescribeStall); they otherwise all
+	// carry the process's name.
 	if cfg.ID != "" {
-		args = append(args, "-name", optEscape(cfg.ID)+",process="+optEscape("husk-"+cfg.ID))
+		args = append(args, "-name", optEscape(cfg.ID)+",process="+optEscape("husk-"+cfg.ID)+",debug-threads=on")
 	}
 	args = append(args, accel...)
 	args = append(args,

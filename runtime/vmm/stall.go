@@ -1,0 +1,93 @@
+package vmm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Stall is what a VMM could tell of a guest that stopped answering: a
+// boot or restore whose agent never became ready is killed, and this is
+// all that is left to say why.
+type Stall struct {
+	// State is the VMM's run state ("running", "paused", ...); empty when
+	// its monitor did not answer.
+	State string
+	// CPUs are the guest's vCPUs, in order.
+	CPUs []StalledCPU
+	// Queues are the guest's virtqueues, each with how many buffers the
+	// guest has posted and how many the device has given back.
+	Queues []string
+	// Threads are the VMM process's threads: name, state and what each
+	// waits in, for a VMM whose monitor is stuck behind one of them.
+	Threads []string
+	// Errs is what could not be learnt.
+	Errs []error
+}
+
+// StalledCPU is where one vCPU was.
+type StalledCPU struct {
+	// PC is the guest's instruction pointer.
+	PC uint64
+	// Halted is a vCPU waiting for an interrupt (HLT), which is where an
+	// idle guest's vCPUs are.
+	Halted bool
+}
+
+// stallDescriber is a Machine whose VMM can describe its guest
+// (qemu.Machine).
+type stallDescriber interface {
+	DescribeStall(ctx context.Context) Stall
+}
+
+// stallReportTimeout bounds a whole report, so that a VMM that answers
+// nothing delays the kill of a VM already given up on by seconds only.
+const stallReportTimeout = 10 * time.Second
+
+// ReportStall logs, as a warning, what m's VMM can tell of a guest whose
+// agent did not answer before ready's deadline, while the caller's ctx is
+// live, before the caller kills it: a guest that hangs in one boot of
+// hundreds leaves nothing else behind, since guests boot quiet. A wait
+// given up for any other reason (the caller's context, the VMM's exit,
+// the agent's refusal) says why itself, and is not reported. vm names the
+// VM in the log, by ID or directory. Drivers that cannot tell log
+// nothing. symbol, when not nil, names a guest kernel address ("" for
+// none).
+func ReportStall(ctx, ready context.Context, log *slog.Logger, vm string, m Machine, symbol func(pc uint64) string) {
+	if ctx.Err() != nil || !errors.Is(ready.Err(), context.DeadlineExceeded) {
+		return
+	}
+	d, ok := m.(stallDescriber)
+	if !ok || log == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stallReportTimeout)
+	defer cancel()
+	s := d.DescribeStall(ctx)
+	attrs := []any{"vm", vm, "vmm_pid", m.PID(), "state", s.State}
+	cpus := make([]string, len(s.CPUs))
+	for i, c := range s.CPUs {
+		cpus[i] = fmt.Sprintf("%d: %#x", i, c.PC)
+		if symbol != nil {
+			if name := symbol(c.PC); name != "" {
+				cpus[i] += " " + name
+			}
+		}
+		if c.Halted {
+			cpus[i] += " (halted)"
+		}
+	}
+	attrs = append(attrs, "cpus", strings.Join(cpus, "; "), "queues", strings.Join(s.Queues, "; "),
+		"threads", strings.Join(s.Threads, "; "))
+	if len(s.Errs) > 0 {
+		errs := make([]string, len(s.Errs))
+		for i, e := range s.Errs {
+			errs[i] = e.Error()
+		}
+		attrs = append(attrs, "unknown", strings.Join(errs, "; "))
+	}
+	log.Warn("guest agent did not answer; what its VMM shows", attrs...)
+}
