@@ -107,7 +107,7 @@ func run(parent context.Context, cfg Config) error {
 	guest := containers.Guest{
 		Driver: qemuDriver, Kernel: k.Path, Initramfs: initramfs,
 		MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, UpperSize: cfg.UpperSize,
-		ReadyTimeout: 2 * time.Minute,
+		ReadyTimeout: 2 * time.Minute, KernelSymbol: kernel.Symbolizer(k),
 	}
 	if cfg.Debug {
 		guest.Cmdline = "husk.debug"

@@ -50,6 +50,7 @@ func openTemplates(ctx context.Context, cfg Config, guest containers.Guest, disk
 		Dir: filepath.Join(cfg.Root, "templates"), Driver: drv,
 		Kernel: guest.Kernel, Initramfs: guest.Initramfs, Cmdline: guest.Cmdline, Accel: guest.Accel,
 		ReadyTimeout: guest.ReadyTimeout, Disks: disks, WarmDiskSize: guest.UpperSize, Slots: slots, Logger: log,
+		KernelSymbol: guest.KernelSymbol,
 	})
 	if err != nil {
 		log.Warn("templates off", "err", err)

@@ -524,6 +524,7 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 	}
 	client, err := host.ConnectWith(readyCtx, machine, agentRetry, refresh)
 	if err != nil {
+		vmm.ReportStall(ctx, readyCtx, m.log, c.rec.ID[:12], machine, g.KernelSymbol)
 		if agentErr := (*host.AgentError)(nil); errors.As(err, &agentErr) {
 			return nil, err
 		}

@@ -69,6 +69,9 @@ type Guest struct {
 	// Virtiofsd serves volumes to the VM; default
 	// /usr/lib/qemu/virtiofsd.
 	Virtiofsd string
+	// KernelSymbol names a guest kernel address ("" for none), for the
+	// report of a guest that hung; nil leaves addresses bare.
+	KernelSymbol func(pc uint64) string
 }
 
 // Options configure a Manager.

@@ -47,6 +47,7 @@ func (g Guest) startVM(ctx context.Context, log *slog.Logger, spec vmSpec) (_ vm
 	// the host's under dockerd.
 	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
 	if err != nil {
+		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol)
 		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, "console.log"))
 	}
 	releaseBootImages(log, spec.id, machine)

@@ -184,6 +184,9 @@ type Options struct {
 	// another way, so a guest that hangs once restored costs seconds, not
 	// the minutes a cold boot may be given.
 	RestoreTimeout time.Duration
+	// KernelSymbol names a guest kernel address ("" for none), for the
+	// report of a guest that hung; nil leaves addresses bare.
+	KernelSymbol func(pc uint64) string
 	// Taps defaults to network.UnbridgedTaps.
 	Taps Taps
 	// Disks, when set, has every template warmed (Warm) before it is
@@ -499,9 +502,10 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	}
 	defer discard(machine)
 	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
+	defer cancel()
 	client, err := connect(readyCtx, machine)
-	cancel()
 	if err != nil {
+		vmm.ReportStall(ctx, readyCtx, m.log, vc.ID, machine, m.opts.KernelSymbol)
 		return meta{}, fmt.Errorf("boot template: %w (console log: %s)", err, filepath.Join(runDir, "console.log"))
 	}
 	if err := m.warm(ctx, machine, client, tmp, suffix); err != nil {
@@ -740,10 +744,11 @@ const DefaultRestoreTimeout = 30 * time.Second
 // refresh is the session's first request, which saves the round trip of
 // a ping.
 func (m *Manager) openRestored(ctx context.Context, machine vmm.Machine, dir string) (*host.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.opts.RestoreTimeout)
+	readyCtx, cancel := context.WithTimeout(ctx, m.opts.RestoreTimeout)
 	defer cancel()
-	c, err := host.ConnectWith(ctx, machine, 20*time.Millisecond, Refresh)
+	c, err := host.ConnectWith(readyCtx, machine, 20*time.Millisecond, Refresh)
 	if err != nil {
+		vmm.ReportStall(ctx, readyCtx, m.log, dir, machine, m.opts.KernelSymbol)
 		return nil, fmt.Errorf("%w (console log: %s)", err, filepath.Join(dir, "console.log"))
 	}
 	return c, nil

@@ -1,13 +1,16 @@
 package templates
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,6 +122,11 @@ func (m *fakeMachine) DialAgent(ctx context.Context) (net.Conn, error) {
 		a.Close()
 	}()
 	return hostEnd, nil
+}
+
+// DescribeStall makes fake machines describe their guests, as QEMU's do.
+func (m *fakeMachine) DescribeStall(context.Context) vmm.Stall {
+	return vmm.Stall{State: "fake", Threads: []string{"1 fake S"}}
 }
 func (m *fakeMachine) Pause(context.Context) error  { return nil }
 func (m *fakeMachine) Resume(context.Context) error { return nil }
@@ -512,7 +520,9 @@ func TestTemplateSlots(t *testing.T) {
 // VM is killed; the container then boots another way.
 func TestRestoreThatHangs(t *testing.T) {
 	d := &fakeDriver{t: t, version: "1", hotplug: true, refresh: &fakeRefresher{}}
-	m := newManagerWith(t, Options{Dir: t.TempDir(), Driver: d, Taps: &fakeTaps{}, RestoreTimeout: 50 * time.Millisecond})
+	var logged lockedBuffer
+	m := newManagerWith(t, Options{Dir: t.TempDir(), Driver: d, Taps: &fakeTaps{}, RestoreTimeout: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	ctx := context.Background()
 	if _, err := m.Start(ctx, vmCfg(m, 1)); !errdefs.IsNotFound(err) {
 		t.Fatalf("first start: %v, want not found (no template yet)", err)
@@ -533,8 +543,48 @@ func TestRestoreThatHangs(t *testing.T) {
 		t.Fatalf("start from a template whose guest hangs: %v (caller's context: %v), want the restore's own deadline", err, outer.Err())
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.killed != killed+1 {
 		t.Errorf("VMs killed by the failed restore: %d, want 1", d.killed-killed)
 	}
+	d.mu.Unlock()
+	const report = "guest agent did not answer; what its VMM shows"
+	if got := logged.String(); strings.Count(got, report) != 1 || !strings.Contains(got, "state=fake") {
+		t.Errorf("the hung restore's report is not logged once:\n%s", got)
+	}
+
+	// A start its caller gave up on is not the guest's fault: no report.
+	logged.Reset()
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := m.Start(short, vmCfg(m, 1)); err == nil {
+		t.Fatal("a start whose caller gave up succeeded")
+	}
+	if got := logged.String(); strings.Contains(got, report) {
+		t.Errorf("a start the caller cancelled reported a stall:\n%s", got)
+	}
+}
+
+// lockedBuffer is a log destination for handlers written to from several
+// goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *lockedBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
 }
