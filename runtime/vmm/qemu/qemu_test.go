@@ -58,7 +58,7 @@ func TestQEMUArgs(t *testing.T) {
 		{"-cpu", []string{"max,erms=off"}},
 		{"-m", []string{"512"}},
 		{"-smp", []string{"2"}},
-		{"-name", []string{"c1,,x,process=husk-c1,,x"}},
+		{"-name", []string{"c1,,x,process=husk-c1,,x,debug-threads=on"}},
 		{"-append", []string{"console=ttyS0 panic=-1 quiet " + kernel.BootArgs + " scsi_mod.scan=manual husk.debug=1"}},
 		{"-drive", []string{
 			"file=/dev/fdset/1,file.locking=off,if=none,format=raw,id=disk0,readonly=on",
