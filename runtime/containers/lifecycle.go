@@ -271,7 +271,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, 
 			{Path: base, ReadOnly: true, Serial: baseSerial},
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
 		},
-		nets: nets, shares: shareDevs,
+		nets: nets, shares: shareDevs, backends: sh.pids(),
 	}, &setup)
 	if err != nil {
 		return nil, nil, nil, nil, err

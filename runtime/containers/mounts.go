@@ -560,6 +560,14 @@ func (sh *shares) stop(log *slog.Logger) {
 	sh.servers = nil
 }
 
+func (sh *shares) pids() []int {
+	var pids []int
+	for _, s := range sh.servers {
+		pids = append(pids, s.PID())
+	}
+	return pids
+}
+
 func (sh *shares) kill(log *slog.Logger) {
 	if sh == nil {
 		return

@@ -22,6 +22,9 @@ type vmSpec struct {
 	disks     []vmm.Disk
 	nets      []vmm.Net
 	shares    []vmm.Share
+	// backends are the processes serving shares (virtiofsd), listed
+	// beside the VMM in the report of a guest that hangs.
+	backends []int
 }
 
 // startVM boots a VM and opens a session with its agent, waiting up to
@@ -47,7 +50,7 @@ func (g Guest) startVM(ctx context.Context, log *slog.Logger, spec vmSpec) (_ vm
 	// the host's under dockerd.
 	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
 	if err != nil {
-		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol)
+		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol, spec.backends...)
 		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, "console.log"))
 	}
 	releaseBootImages(log, spec.id, machine)

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
 // Stall is what a VMM could tell of a guest that stopped answering: a
@@ -55,8 +58,11 @@ const stallReportTimeout = 10 * time.Second
 // the agent's refusal) says why itself, and is not reported. vm names the
 // VM in the log, by ID or directory. Drivers that cannot tell log
 // nothing. symbol, when not nil, names a guest kernel address ("" for
-// none).
-func ReportStall(ctx, ready context.Context, log *slog.Logger, vm string, m Machine, symbol func(pc uint64) string) {
+// none). backends are the processes serving the VM's devices (its
+// virtiofsd), whose threads and children's threads are listed too: they
+// end with the VMM, so after the kill there is nothing left of them to
+// look at.
+func ReportStall(ctx, ready context.Context, log *slog.Logger, vm string, m Machine, symbol func(pc uint64) string, backends ...int) {
 	if ctx.Err() != nil || !errors.Is(ready.Err(), context.DeadlineExceeded) {
 		return
 	}
@@ -82,6 +88,23 @@ func ReportStall(ctx, ready context.Context, log *slog.Logger, vm string, m Mach
 	}
 	attrs = append(attrs, "cpus", strings.Join(cpus, "; "), "queues", strings.Join(s.Queues, "; "),
 		"threads", strings.Join(s.Threads, "; "))
+	var bs []string
+	for queue := slices.Clone(backends); len(queue) > 0; {
+		pid := queue[0]
+		queue = queue[1:]
+		threads, err := vmmproc.Threads(pid)
+		if err != nil {
+			s.Errs = append(s.Errs, err)
+			continue
+		}
+		bs = append(bs, fmt.Sprintf("pid %d: %s", pid, strings.Join(threads, "; ")))
+		if kids, err := vmmproc.Children(pid); err == nil {
+			queue = append(queue, kids...)
+		}
+	}
+	if len(bs) > 0 {
+		attrs = append(attrs, "backends", strings.Join(bs, " | "))
+	}
 	if len(s.Errs) > 0 {
 		errs := make([]string, len(s.Errs))
 		for i, e := range s.Errs {

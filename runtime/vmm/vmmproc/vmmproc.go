@@ -226,6 +226,32 @@ func Threads(pid int) ([]string, error) {
 	return out, nil
 }
 
+// Children lists pid's child processes (/proc's children files, one per
+// thread): Debian's virtiofsd, for one, serves from a child it forks into
+// its sandbox while the parent waits.
+func Children(pid int) ([]int, error) {
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("children of %d: no such process", pid)
+	}
+	var kids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, field := range strings.Fields(string(b)) {
+			if kid, err := strconv.Atoi(field); err == nil {
+				kids = append(kids, kid)
+			}
+		}
+	}
+	return kids, nil
+}
+
 // statNameState takes the name and state out of a /proc stat line. The
 // name is in parentheses and may itself hold spaces and parentheses, so
 // it runs to the last ")".

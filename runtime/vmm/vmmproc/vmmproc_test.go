@@ -3,7 +3,9 @@ package vmmproc
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -154,5 +156,29 @@ func TestThreads(t *testing.T) {
 	}
 	if _, err := Threads(0x7ffffff0); err == nil {
 		t.Error("threads of a process that does not exist")
+	}
+}
+
+func TestChildren(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sleep to start: %v", err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	kids, err := Children(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(kids, cmd.Process.Pid) {
+		t.Errorf("children %v lack %d", kids, cmd.Process.Pid)
+	}
+	if kids, err := Children(cmd.Process.Pid); err != nil || len(kids) != 0 {
+		t.Errorf("children of sleep: %v, %v", kids, err)
+	}
+	if _, err := Children(0x7ffffff0); err == nil {
+		t.Error("children of a process that does not exist")
 	}
 }
