@@ -12,19 +12,19 @@ import (
 	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
 )
 
-// stallStep bounds each monitor request of DescribeStall: a QEMU whose
-// main loop is blocked (a vCPU holding its lock while it waits on a
-// vhost-user back end, say) never answers, and that is itself the
-// finding.
+// stallStep bounds DescribeStall's monitor session, some fifty requests
+// that take milliseconds each: a QEMU whose main loop is blocked (a vCPU
+// holding its lock while it waits on a vhost-user back end, say) never
+// answers, and that is itself the finding.
 const stallStep = 3 * time.Second
 
 // DescribeStall says what QEMU can tell of a guest that did not become
 // ready: its run state, where each vCPU is (HMP's "info registers", which
 // QMP has no command for), and each virtqueue's counts of buffers posted
-// and used (found by QEMU 7.2's x-query-virtio
-// commands, which are unstable by name and so asked for only here).
-// QEMU's threads are read from /proc in any case: a monitor that does
-// not answer is stuck behind one of them.
+// and used (found by QEMU 7.2's x-query-virtio commands, which are
+// unstable by name and so asked for only here). QEMU's threads are read
+// from /proc in any case: a monitor that does not answer is stuck behind
+// one of them.
 func (m *Machine) DescribeStall(ctx context.Context) vmm.Stall {
 	var s vmm.Stall
 	if threads, err := vmmproc.Threads(m.pid); err != nil {
@@ -102,8 +102,8 @@ type virtqueueStatus struct {
 }
 
 // maxQueues bounds the queues asked for per device: the agent's
-// virtio-serial device has four (two ports, control in and out), SCSI
-// three, a NIC two.
+// virtio-serial device has six (in and out for each of its two ports and
+// its control channel), SCSI four, a NIC three.
 const maxQueues = 8
 
 // queueCounts reads each virtqueue's two counters from the guest's rings:
