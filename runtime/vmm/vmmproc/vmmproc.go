@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -197,13 +198,22 @@ func OutputTail(path string) string {
 // and in what. Threads that end while they are read are left out.
 func Threads(pid int) ([]string, error) {
 	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("threads of %d: %w", pid, err)
 	}
+	// By thread ID, so the main thread (ID pid) comes first and the rest
+	// in the order they were made, not ReadDir's "10000" before "9999".
+	var tids []int
+	for _, e := range entries {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			tids = append(tids, tid)
+		}
+	}
+	slices.Sort(tids)
 	var out []string
-	for _, t := range tasks {
-		td := filepath.Join(dir, t.Name())
+	for _, tid := range tids {
+		td := filepath.Join(dir, strconv.Itoa(tid))
 		stat, err := os.ReadFile(filepath.Join(td, "stat"))
 		if err != nil {
 			continue
@@ -212,7 +222,7 @@ func Threads(pid int) ([]string, error) {
 		if !ok {
 			continue
 		}
-		line := t.Name() + " " + name + " " + state
+		line := strconv.Itoa(tid) + " " + name + " " + state
 		if w, err := os.ReadFile(filepath.Join(td, "wchan")); err == nil && len(w) > 0 && string(w) != "0" {
 			line += " " + string(w)
 		}

@@ -146,13 +146,18 @@ func TestThreads(t *testing.T) {
 	if len(threads) < 2 {
 		t.Fatalf("threads %q", threads)
 	}
-	self := strconv.Itoa(os.Getpid()) + " "
-	var found bool
-	for _, th := range threads {
-		found = found || strings.HasPrefix(th, self)
+	// The main thread first, the others by ID.
+	if self := strconv.Itoa(os.Getpid()) + " "; !strings.HasPrefix(threads[0], self) {
+		t.Errorf("threads %q do not begin with the main thread %s", threads, self)
 	}
-	if !found {
-		t.Errorf("threads %q lack the main thread %s", threads, self)
+	var last int
+	for _, th := range threads {
+		tid, err := strconv.Atoi(strings.Fields(th)[0])
+		if err != nil || tid <= last {
+			t.Errorf("threads %q are not in order of ID", threads)
+			break
+		}
+		last = tid
 	}
 	if _, err := Threads(0x7ffffff0); err == nil {
 		t.Error("threads of a process that does not exist")
