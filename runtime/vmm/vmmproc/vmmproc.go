@@ -8,6 +8,7 @@ package vmmproc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -192,8 +193,8 @@ func OutputTail(path string) string {
 	return string(b)
 }
 
-// Threads describes each of pid's threads as "name state wchan", with
-// the system call it is in when the caller may read that ("syscall 7"):
+// Threads describes each of pid's threads as "tid name state wchan",
+// with the system call it is in when the caller may read that ("syscall 7"):
 // enough to see which thread of a VMM that stopped answering is blocked,
 // and in what. Threads that end while they are read are left out.
 func Threads(pid int) ([]string, error) {
@@ -202,15 +203,23 @@ func Threads(pid int) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("threads of %d: %w", pid, err)
 	}
-	// By thread ID, so the main thread (ID pid) comes first and the rest
-	// in the order they were made, not ReadDir's "10000" before "9999".
+	// The main thread (ID pid) first and the rest by ID, not in
+	// ReadDir's order of names, which puts "10000" before "9999".
 	var tids []int
 	for _, e := range entries {
 		if tid, err := strconv.Atoi(e.Name()); err == nil {
 			tids = append(tids, tid)
 		}
 	}
-	slices.Sort(tids)
+	slices.SortFunc(tids, func(a, b int) int {
+		switch {
+		case a == pid:
+			return -1
+		case b == pid:
+			return 1
+		}
+		return cmp.Compare(a, b)
+	})
 	var out []string
 	for _, tid := range tids {
 		td := filepath.Join(dir, strconv.Itoa(tid))
