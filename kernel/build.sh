@@ -32,7 +32,8 @@ fi
 make -s -j"$(nproc)" bzImage
 version=$(make -s kernelrelease)
 # The map names the addresses huskd logs for a guest that hangs
-# (kernel.Symbols); Debian's kernel has it in /boot.
+# (kernel.Symbolizer); Debian's kernel has its real map only in its -dbg
+# package.
 cp System.map "$out/System.map-$version.tmp"
 mv "$out/System.map-$version.tmp" "$out/System.map-$version"
 cp arch/x86/boot/bzImage "$out/bzImage-$version.tmp"
