@@ -13,8 +13,10 @@ import (
 )
 
 // Symbols names addresses in the guest kernel's text, from the System.map
-// its build wrote. Guests boot without KASLR (see pvh.go), so a vCPU's
-// instruction pointer falls where the map says.
+// its build wrote. Guests booted through the kernel's PVH entry (pvh.go),
+// as huskd's are, run without KASLR, so a vCPU's instruction pointer
+// falls where the map says; a kernel booted through its own decompressor
+// places itself at random, and the names would be wrong.
 type Symbols struct {
 	addrs []uint64 // sorted
 	names []string

@@ -38,6 +38,10 @@ type StalledCPU struct {
 	// Halted is a vCPU waiting for an interrupt (HLT), which is where an
 	// idle guest's vCPUs are.
 	Halted bool
+	// Code is guest memory at PC, as the guest sees it now. A vCPU that
+	// keeps running an instruction other than the one in memory there is
+	// running a stale translation of code the guest has since patched.
+	Code []byte
 }
 
 // stallDescriber is a Machine whose VMM can describe its guest
@@ -81,6 +85,9 @@ func ReportStall(ctx, ready context.Context, log *slog.Logger, vm string, m Mach
 			if name := symbol(c.PC); name != "" {
 				cpus[i] += " " + name
 			}
+		}
+		if len(c.Code) > 0 {
+			cpus[i] += fmt.Sprintf(" [% x]", c.Code)
 		}
 		if c.Halted {
 			cpus[i] += " (halted)"

@@ -54,6 +54,14 @@ func (m *Machine) DescribeStall(ctx context.Context) vmm.Stall {
 	} else {
 		s.CPUs = parseCPUs(regs)
 	}
+	for i := range s.CPUs {
+		code, err := guestCode(qctx, q, i, s.CPUs[i].PC)
+		if err != nil {
+			s.Errs = append(s.Errs, fmt.Errorf("code of vCPU %d: %w", i, err))
+			continue
+		}
+		s.CPUs[i].Code = code
+	}
 	queues, err := queueCounts(qctx, q)
 	if err != nil {
 		s.Errs = append(s.Errs, err)
@@ -146,6 +154,38 @@ func queueCounts(ctx context.Context, q *QMP) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// codeLen is how many bytes of code at each vCPU's PC are read: the
+// longest common instructions (a 5-byte jump or call, the NOP a patched
+// one becomes) and the start of the next.
+const codeLen = 8
+
+var xbBytes = regexp.MustCompile(`0x([0-9a-f]{2})\b`)
+
+// guestCode reads codeLen bytes at a vCPU's virtual address pc, through
+// that vCPU's page tables (HMP's x, on the vCPU given by cpu-index).
+func guestCode(ctx context.Context, q *QMP, cpu int, pc uint64) ([]byte, error) {
+	var out string
+	if err := q.Execute(ctx, "human-monitor-command", map[string]any{
+		"command-line": fmt.Sprintf("x /%dxb %#x", codeLen, pc), "cpu-index": cpu,
+	}, &out); err != nil {
+		return nil, err
+	}
+	// "ffffffff814a4815: 0xe9 0x99 ...": the address's own digits are
+	// not 0x-prefixed, so only the bytes match.
+	var code []byte
+	for _, m := range xbBytes.FindAllStringSubmatch(out, -1) {
+		b, err := strconv.ParseUint(m[1], 16, 8)
+		if err != nil {
+			return nil, err
+		}
+		code = append(code, byte(b))
+	}
+	if len(code) != codeLen {
+		return nil, fmt.Errorf("read %d bytes at %#x: %q", codeLen, pc, out)
+	}
+	return code, nil
 }
 
 var xpWord = regexp.MustCompile(`:\s*0x([0-9a-f]+)`)

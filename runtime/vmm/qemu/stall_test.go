@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,7 +23,7 @@ func TestParseCPUs(t *testing.T) {
 		"CPU#2\nEAX=00000000 EBX=00000000\nEIP=01000000 EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0\n"
 	got := parseCPUs(regs)
 	want := []vmm.StalledCPU{{PC: 0xffffffff81a17a0b, Halted: true}, {PC: 0x7f0012345678}, {PC: 0x1000000}}
-	if !slices.Equal(got, want) {
+	if !slices.EqualFunc(got, want, func(a, b vmm.StalledCPU) bool { return a.PC == b.PC && a.Halted == b.Halted }) {
 		t.Errorf("parseCPUs = %+v, want %+v", got, want)
 	}
 	if got := parseCPUs("no registers here"); len(got) != 0 {
@@ -58,6 +59,34 @@ func TestDescribeStall(t *testing.T) {
 			t.Errorf("a halted vCPU outside the guest kernel: %+v", s.CPUs)
 		}
 	}
+	// The code at each vCPU's PC, read through its page tables, is what
+	// lies at the physical address QEMU translates the PC to.
+	q, err := m.QMP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range s.CPUs {
+		var out string
+		if err := q.Execute(ctx, "human-monitor-command", map[string]any{"command-line": fmt.Sprintf("gva2gpa %#x", c.PC), "cpu-index": i}, &out); err != nil {
+			t.Fatal(err)
+		}
+		gpa, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(out), "gpa: 0x"), 16, 64)
+		if err != nil {
+			t.Fatalf("gva2gpa %#x: %q: %v", c.PC, out, err)
+		}
+		var want []byte
+		for off := range uint64(codeLen) {
+			b, err := guestU16(ctx, q, gpa+off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, byte(b))
+		}
+		if !bytes.Equal(c.Code, want) {
+			t.Errorf("vCPU %d's code at %#x: % x, physical memory has % x", i, c.PC, c.Code, want)
+		}
+	}
+	q.Close()
 	// The agent's port has carried the exchanges above.
 	if !hasPrefixed(s.Queues, "virtio-serial queue ") || !hasPrefixed(s.Queues, "virtio-scsi queue ") {
 		t.Errorf("queues %q lack the agent's serial device or the disks' controller", s.Queues)
