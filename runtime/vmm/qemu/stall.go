@@ -161,48 +161,52 @@ func queueCounts(ctx context.Context, q *QMP) ([]string, error) {
 // one becomes) and the start of the next.
 const codeLen = 8
 
-var xbBytes = regexp.MustCompile(`0x([0-9a-f]{2})\b`)
-
 // guestCode reads codeLen bytes at a vCPU's virtual address pc, through
-// that vCPU's page tables (HMP's x, on the vCPU given by cpu-index).
+// that vCPU's page tables (HMP's x on that vCPU).
 func guestCode(ctx context.Context, q *QMP, cpu int, pc uint64) ([]byte, error) {
-	var out string
-	if err := q.Execute(ctx, "human-monitor-command", map[string]any{
-		"command-line": fmt.Sprintf("x /%dxb %#x", codeLen, pc), "cpu-index": cpu,
-	}, &out); err != nil {
+	vals, err := examine(ctx, q, cpu, fmt.Sprintf("x /%dxb %#x", codeLen, pc), codeLen)
+	if err != nil {
 		return nil, err
 	}
-	// "ffffffff814a4815: 0xe9 0x99 ...": the address's own digits are
-	// not 0x-prefixed, so only the bytes match.
-	var code []byte
-	for _, m := range xbBytes.FindAllStringSubmatch(out, -1) {
-		b, err := strconv.ParseUint(m[1], 16, 8)
-		if err != nil {
-			return nil, err
-		}
-		code = append(code, byte(b))
-	}
-	if len(code) != codeLen {
-		return nil, fmt.Errorf("read %d bytes at %#x: %q", codeLen, pc, out)
+	code := make([]byte, len(vals))
+	for i, v := range vals {
+		code[i] = byte(v)
 	}
 	return code, nil
 }
 
-var xpWord = regexp.MustCompile(`:\s*0x([0-9a-f]+)`)
-
 // guestU16 reads a 16-bit word of guest-physical memory (HMP's xp).
 func guestU16(ctx context.Context, q *QMP, addr uint64) (uint16, error) {
-	var out string
-	if err := q.Execute(ctx, "human-monitor-command", map[string]string{"command-line": fmt.Sprintf("xp /1hx %#x", addr)}, &out); err != nil {
+	vals, err := examine(ctx, q, 0, fmt.Sprintf("xp /1hx %#x", addr), 1)
+	if err != nil {
 		return 0, err
 	}
-	m := xpWord.FindStringSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("read guest memory at %#x: %q", addr, out)
+	return uint16(vals[0]), nil
+}
+
+// hmpValue is one value HMP's x and xp print in hex ("ffffffff814a4815:
+// 0xe9 0x99 ..."): the addresses that begin their lines carry no 0x, so
+// only the values match.
+var hmpValue = regexp.MustCompile(`\b0x([0-9a-f]+)\b`)
+
+// examine runs HMP's x or xp (command, with its format and address) on
+// vCPU cpu, whose page tables x reads through, and returns the n values
+// it prints.
+func examine(ctx context.Context, q *QMP, cpu int, command string, n int) ([]uint64, error) {
+	var out string
+	if err := q.Execute(ctx, "human-monitor-command", map[string]any{"command-line": command, "cpu-index": cpu}, &out); err != nil {
+		return nil, err
 	}
-	v, err := strconv.ParseUint(m[1], 16, 16)
-	if err != nil {
-		return 0, fmt.Errorf("read guest memory at %#x: %w", addr, err)
+	var vals []uint64
+	for _, m := range hmpValue.FindAllStringSubmatch(out, -1) {
+		v, err := strconv.ParseUint(m[1], 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", command, err)
+		}
+		vals = append(vals, v)
 	}
-	return uint16(v), nil
+	if len(vals) != n {
+		return nil, fmt.Errorf("%s: %d values, want %d: %q", command, len(vals), n, out)
+	}
+	return vals, nil
 }
