@@ -1,0 +1,92 @@
+package kernel
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+)
+
+// lockupMarker starts what the kernel's soft-lockup watchdog prints when
+// a CPU has run kernel code without scheduling for twice
+// watchdog_thresh (20 s by default): "watchdog: BUG: soft lockup - CPU#0
+// stuck for 26s! [swapper/0:1]". It prints at KERN_EMERG, so a guest
+// booted `quiet` shows it too.
+const lockupMarker = "BUG: soft lockup - CPU#"
+
+// SoftLockup says whether line, from a guest's console, is the kernel's
+// soft-lockup watchdog reporting a stuck CPU.
+func SoftLockup(line string) bool {
+	return strings.Contains(line, lockupMarker)
+}
+
+// maxConsoleLine bounds the part of a console line kept while its end has
+// not been written yet; the watchdog's line is far shorter.
+const maxConsoleLine = 4096
+
+// WatchLockup follows the console log at path, as the guest writes it,
+// until the kernel reports a soft lockup there (SoftLockup), and returns
+// that line. It looks every interval; a file not there yet is waited for,
+// and one that shrinks (a new VMM truncated it) is read again from its
+// start. It returns ctx's error when ctx ends first.
+func WatchLockup(ctx context.Context, path string, every time.Duration) (string, error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var off int64
+	var partial []byte
+	for {
+		b, size, err := readFrom(path, off)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return "", fmt.Errorf("watch console %s: %w", path, err)
+		case size < off:
+			off, partial = 0, nil
+			continue
+		default:
+			off += int64(len(b))
+			partial = append(partial, b...)
+			for {
+				i := bytes.IndexByte(partial, '\n')
+				if i < 0 {
+					break
+				}
+				if line := string(bytes.TrimRight(partial[:i], "\r")); SoftLockup(line) {
+					return line, nil
+				}
+				partial = partial[i+1:]
+			}
+			if len(partial) > maxConsoleLine {
+				partial = partial[len(partial)-maxConsoleLine:]
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// readFrom reads path from off to its end, and says how long it is.
+func readFrom(path string, off int64) ([]byte, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	if st.Size() <= off {
+		return nil, st.Size(), nil
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+	return b, st.Size(), err
+}

@@ -1,0 +1,97 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestSoftLockup(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		// What the hung boot of a stress run printed (bench/README.md).
+		{"[   28.113862] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [swapper/0:1]", true},
+		{"watchdog: BUG: soft lockup - CPU#1 stuck for 52s! [kworker/1:1:33]", true},
+		{"[    0.210000] NMI watchdog: Perf NMI watchdog permanently disabled", false},
+		{"rcu: INFO: rcu_sched self-detected stall on CPU", false},
+		{"", false},
+	} {
+		if got := SoftLockup(tc.line); got != tc.want {
+			t.Errorf("SoftLockup(%q) = %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}
+
+// TestWatchLockup follows a console as a guest writes it: a file that is
+// not there yet, a line written in two pieces, and a file truncated by
+// the next VMM.
+func TestWatchLockup(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "console.log")
+	type result struct {
+		line string
+		err  error
+	}
+	watch := func(ctx context.Context) chan result {
+		done := make(chan result, 1)
+		go func() {
+			line, err := WatchLockup(ctx, path, time.Millisecond)
+			done <- result{line, err}
+		}()
+		return done
+	}
+	appendTo := func(s string) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const lockup = "[   28.113862] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [swapper/0:1]"
+
+	done := watch(context.Background())
+	time.Sleep(5 * time.Millisecond)
+	appendTo("[    0.000000] Linux version 6.1.0\n[    1.2] watchdog: BUG: soft")
+	select {
+	case r := <-done:
+		t.Fatalf("WatchLockup returned on half a line: %q, %v", r.line, r.err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	appendTo(" lockup - CPU#0 stuck for 26s! [swapper/0:1]\r\nmore\n")
+	if r := <-done; r.err != nil || r.line != "[    1.2] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [swapper/0:1]" {
+		t.Errorf("WatchLockup = %q, %v; want the joined line", r.line, r.err)
+	}
+
+	// A new VMM truncates the console; the watch reads it from its start.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := os.WriteFile(path, make([]byte, 1<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done = watch(ctx)
+	time.Sleep(5 * time.Millisecond)
+	if err := os.WriteFile(path, []byte(lockup+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.line != lockup {
+		t.Errorf("after a truncation WatchLockup = %q, %v; want %q", r.line, r.err, lockup)
+	}
+
+	// A console without a lockup is watched until the context ends.
+	if err := os.WriteFile(path, []byte("quiet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	done = watch(ctx)
+	cancel()
+	if r := <-done; !errors.Is(r.err, context.Canceled) || r.line != "" {
+		t.Errorf("cancelled WatchLockup = %q, %v; want context.Canceled", r.line, r.err)
+	}
+}
