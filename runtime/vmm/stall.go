@@ -55,10 +55,12 @@ type stallDescriber interface {
 const stallReportTimeout = 10 * time.Second
 
 // ReportStall logs, as a warning, what m's VMM can tell of a guest whose
-// agent did not answer before ready's deadline, while the caller's ctx is
-// live, before the caller kills it: a guest that hangs in one boot of
-// hundreds leaves nothing else behind, since guests boot quiet. A wait
-// given up for any other reason (the caller's context, the VMM's exit,
+// agent did not answer before ready's deadline, or before ready was
+// cancelled with a cause of its own (a watch that saw the guest's kernel
+// report a lockup), while the caller's ctx is live, before the caller
+// kills it: a guest that hangs in one boot of hundreds leaves little else
+// behind, since guests boot quiet. A wait given up for any other reason
+// (the caller's context, ready cancelled without a cause, the VMM's exit,
 // the agent's refusal) says why itself, and is not reported. vm names the
 // VM in the log, by ID or directory. Drivers that cannot tell log
 // nothing. symbol, when not nil, names a guest kernel address ("" for
@@ -67,7 +69,7 @@ const stallReportTimeout = 10 * time.Second
 // end with the VMM, so after the kill there is nothing left of them to
 // look at.
 func ReportStall(ctx, ready context.Context, log *slog.Logger, vm string, m Machine, symbol func(pc uint64) string, backends ...int) {
-	if ctx.Err() != nil || !errors.Is(ready.Err(), context.DeadlineExceeded) {
+	if cause := context.Cause(ready); ctx.Err() != nil || cause == nil || errors.Is(cause, context.Canceled) {
 		return
 	}
 	d, ok := m.(stallDescriber)

@@ -59,6 +59,15 @@ func TestReportStall(t *testing.T) {
 		}
 	}
 
+	// A wait ended by a watch that saw the guest stuck is reported too.
+	buf.Reset()
+	watched, giveUp := context.WithCancelCause(ctx)
+	giveUp(errors.New("soft lockup"))
+	ReportStall(ctx, watched, log, "abc123", m, symbol)
+	if !strings.Contains(buf.String(), "guest agent did not answer") {
+		t.Errorf("a wait given up with a cause logged %q, want the report", buf.String())
+	}
+
 	buf.Reset()
 	ReportStall(ctx, ready, log, "abc123", silentMachine{}, symbol)
 	if buf.Len() != 0 {
@@ -68,6 +77,8 @@ func TestReportStall(t *testing.T) {
 	// Waits given up for other reasons than the guest's silence.
 	gone, cancelGone := context.WithCancel(ctx)
 	cancelGone()
+	goneNoCause, cancelNoCause := context.WithCancelCause(ctx)
+	cancelNoCause(nil)
 	caller, cancelCaller := context.WithTimeout(ctx, 0)
 	defer cancelCaller()
 	callerReady, cancelCallerReady := context.WithTimeout(caller, time.Hour)
@@ -76,6 +87,7 @@ func TestReportStall(t *testing.T) {
 	defer cancelLive()
 	for name, c := range map[string]struct{ ctx, ready context.Context }{
 		"ready cancelled, not expired":   {ctx, gone},
+		"ready cancelled without cause":  {ctx, goneNoCause},
 		"caller's deadline, not ready's": {caller, callerReady},
 		"still waiting":                  {ctx, live},
 	} {
