@@ -90,3 +90,35 @@ func readFrom(path string, off int64) ([]byte, int64, error) {
 	b, err := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
 	return b, st.Size(), err
 }
+
+// LockupError is a boot given up on because its kernel reported a soft
+// lockup; Line is the report.
+type LockupError struct{ Line string }
+
+func (e *LockupError) Error() string {
+	return "the guest kernel reported a soft lockup: " + e.Line
+}
+
+// lockupInterval is how often WatchBoot reads the console. A guest booted
+// quiet writes nothing there but such warnings.
+const lockupInterval = 100 * time.Millisecond
+
+// WatchBoot returns a copy of ctx that is cancelled, with a *LockupError
+// as its cause, once the console log at path reports a soft lockup
+// (WatchLockup): a wait for a booting guest under it then ends ~25 s into
+// a boot that hangs in a loop, not at its own timeout. stop ends the watch
+// and waits for it to end.
+func WatchBoot(ctx context.Context, path string) (_ context.Context, stop func()) {
+	ctx, giveUp := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if line, err := WatchLockup(ctx, path, lockupInterval); err == nil {
+			giveUp(&LockupError{Line: line})
+		}
+	}()
+	return ctx, func() {
+		giveUp(nil)
+		<-watched
+	}
+}

@@ -95,3 +95,26 @@ func TestWatchLockup(t *testing.T) {
 		t.Errorf("cancelled WatchLockup = %q, %v; want context.Canceled", r.line, r.err)
 	}
 }
+
+// TestWatchBoot: the context WatchBoot gives is cancelled with the
+// lockup as its cause once the console reports one, and stop ends a
+// watch that saw none.
+func TestWatchBoot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "console.log")
+	ctx, stop := WatchBoot(context.Background(), path)
+	if err := os.WriteFile(path, []byte("[   24.481263] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [swapper/0:0]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	<-ctx.Done()
+	var lockup *LockupError
+	if !errors.As(context.Cause(ctx), &lockup) || lockup.Line != "[   24.481263] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [swapper/0:0]" {
+		t.Errorf("cause = %v, want the lockup", context.Cause(ctx))
+	}
+	stop()
+
+	ctx, stop = WatchBoot(context.Background(), filepath.Join(t.TempDir(), "console.log"))
+	stop()
+	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+		t.Errorf("cause after stop = %v, want context.Canceled", cause)
+	}
+}
