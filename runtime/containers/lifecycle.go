@@ -264,7 +264,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, 
 		setup.Hosts, setup.ResolvConf, setup.Network = att.Hosts, att.ResolvConf, att.Guest
 	}
 	g := m.guest
-	machine, client, err := c.startContainerVM(ctx, vmSpec{
+	spec := vmSpec{
 		id: c.rec.ID[:12], dir: vmDir,
 		memoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), cpus: cpus(c.rec.HostConfig, g.CPUs),
 		disks: []vmm.Disk{
@@ -272,7 +272,20 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, 
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
 		},
 		nets: nets, shares: shareDevs, backends: sh.pids(),
-	}, &setup)
+	}
+	if len(shareDevs) > 0 {
+		// The same mounts give the same tags, so the setup stands.
+		spec.reshare = func(ctx context.Context) ([]vmm.Share, []int, error) {
+			sh.kill(m.log)
+			var devs []vmm.Share
+			var err error
+			if sh, devs, _, err = c.startShares(ctx, vmDir); err != nil {
+				return nil, nil, err
+			}
+			return devs, sh.pids(), nil
+		}
+	}
+	machine, client, err := c.startContainerVM(ctx, spec, &setup)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
