@@ -61,6 +61,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -503,10 +504,18 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	defer discard(machine)
 	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
 	defer cancel()
+	// A boot that locks up fails the build then, not at its timeout; the
+	// container that asked boots cold meanwhile.
+	console := filepath.Join(runDir, "console.log")
+	readyCtx, stopWatch := kernel.WatchBoot(readyCtx, console)
+	defer stopWatch()
 	client, err := connect(readyCtx, machine)
 	if err != nil {
 		vmm.ReportStall(ctx, readyCtx, m.log, vc.ID, machine, m.opts.KernelSymbol)
-		return meta{}, fmt.Errorf("boot template: %w (console log: %s)", err, filepath.Join(runDir, "console.log"))
+		if lockup := (*kernel.LockupError)(nil); errors.As(context.Cause(readyCtx), &lockup) {
+			err = lockup
+		}
+		return meta{}, fmt.Errorf("boot template: %w (console log: %s)", err, console)
 	}
 	if err := m.warm(ctx, machine, client, tmp, suffix); err != nil {
 		_ = client.Close()

@@ -39,6 +39,9 @@ type fakeDriver struct {
 	attachAwaitsAgent bool
 	// hungRestores gives restored machines an agent that never answers.
 	hungRestores bool
+	// lockedBoots gives booted machines an agent that never answers and
+	// a console on which the guest's kernel reports a soft lockup.
+	lockedBoots bool
 
 	mu       sync.Mutex
 	starts   []vmm.Config
@@ -65,11 +68,22 @@ func (d *fakeDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, erro
 	if cfg.FileMemory && d.noFileMemory {
 		return nil, fmt.Errorf("file-backed memory: %w", errdefs.ErrNotImplemented)
 	}
+	if d.lockedBoots {
+		if err := os.WriteFile(filepath.Join(cfg.Dir, "console.log"), []byte(lockupLine+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		m := d.machine()
+		m.hung = true
+		return m, nil
+	}
 	if d.plug {
 		return &pluggingMachine{d.machine()}, nil
 	}
 	return d.machine(), nil
 }
+
+// lockupLine is what a guest's watchdog printed in a boot that hung.
+const lockupLine = "[   24.481263] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [swapper/0:0]"
 
 func (d *fakeDriver) Restore(_ context.Context, cfg vmm.Config, dir string) (vmm.Machine, error) {
 	d.mu.Lock()
@@ -561,6 +575,35 @@ func TestRestoreThatHangs(t *testing.T) {
 	}
 	if got := logged.String(); strings.Contains(got, report) {
 		t.Errorf("a start the caller cancelled reported a stall:\n%s", got)
+	}
+}
+
+// TestBuildThatLocksUp: a template boot whose kernel reports a soft
+// lockup fails its build then, within the boot's ready timeout, with the
+// VM described and killed; the container that asked starts without it.
+func TestBuildThatLocksUp(t *testing.T) {
+	d := &fakeDriver{t: t, version: "1", lockedBoots: true}
+	var logged lockedBuffer
+	m := newManagerWith(t, Options{Dir: t.TempDir(), Driver: d, Taps: &fakeTaps{},
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	ctx := context.Background()
+	if _, err := m.Start(ctx, vmCfg(m, 0)); !errdefs.IsNotFound(err) {
+		t.Fatalf("first start: %v, want not found (no template yet)", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := logged.String()
+	if !strings.Contains(got, "template build failed") || !strings.Contains(got, "the guest kernel reported a soft lockup: "+lockupLine) {
+		t.Errorf("the build's failure does not name the lockup:\n%s", got)
+	}
+	if strings.Count(got, "guest agent did not answer; what its VMM shows") != 1 {
+		t.Errorf("the locked-up boot is not reported once:\n%s", got)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.killed != 1 {
+		t.Errorf("VMs killed: %d, want the one that locked up", d.killed)
 	}
 }
 
