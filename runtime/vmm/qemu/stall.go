@@ -52,7 +52,7 @@ func (m *Machine) DescribeStall(ctx context.Context) vmm.Stall {
 	if err := q.Execute(qctx, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs); err != nil {
 		s.Errs = append(s.Errs, err)
 	} else {
-		s.CPUs = parseCPUs(regs)
+		s.CPUs = ParseCPUs(regs)
 	}
 	for i := range s.CPUs {
 		code, err := guestCode(qctx, q, i, s.CPUs[i].PC)
@@ -76,9 +76,9 @@ var (
 	ripHLT = regexp.MustCompile(`\b[RE]IP=([0-9a-f]+)\b[^\n]*\bHLT=([01])`)
 )
 
-// parseCPUs reads each vCPU's instruction pointer and HLT out of HMP's
+// ParseCPUs reads each vCPU's instruction pointer and HLT out of HMP's
 // "info registers -a", whose sections each begin "CPU#n".
-func parseCPUs(regs string) []vmm.StalledCPU {
+func ParseCPUs(regs string) []vmm.StalledCPU {
 	starts := cpuHeader.FindAllStringIndex(regs, -1)
 	var cpus []vmm.StalledCPU
 	for i, st := range starts {

@@ -22,13 +22,13 @@ func TestParseCPUs(t *testing.T) {
 		"RIP=ffffffff81a17a0b RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=1\nES =0000\n" +
 		"CPU#1\nRIP=00007f0012345678 RFL=00000202 [-------] CPL=3 II=0 A20=1 SMM=0 HLT=0\n" +
 		"CPU#2\nEAX=00000000 EBX=00000000\nEIP=01000000 EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0\n"
-	got := parseCPUs(regs)
+	got := ParseCPUs(regs)
 	want := []vmm.StalledCPU{{PC: 0xffffffff81a17a0b, Halted: true}, {PC: 0x7f0012345678}, {PC: 0x1000000}}
 	if !slices.EqualFunc(got, want, func(a, b vmm.StalledCPU) bool { return a.PC == b.PC && a.Halted == b.Halted }) {
-		t.Errorf("parseCPUs = %+v, want %+v", got, want)
+		t.Errorf("ParseCPUs = %+v, want %+v", got, want)
 	}
-	if got := parseCPUs("no registers here"); len(got) != 0 {
-		t.Errorf("parseCPUs of nothing = %+v", got)
+	if got := ParseCPUs("no registers here"); len(got) != 0 {
+		t.Errorf("ParseCPUs of nothing = %+v", got)
 	}
 }
 

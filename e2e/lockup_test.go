@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/husk-vm/husk/e2e/harness"
+	"github.com/husk-vm/husk/e2e/testimages"
+	"github.com/husk-vm/husk/runtime/containers"
+	"github.com/husk-vm/husk/runtime/vmm/qemu"
+)
+
+// TestBootAgainAfterLockup: a cold boot whose kernel reports a soft
+// lockup is killed and booted again, and `docker start -a` still runs the
+// container to its end. The test makes the boot lock up as the one a
+// stress run caught did (bench/README.md, *What a guest leaves out*):
+// once the guest's second CPU runs its kernel, so that the watchdog runs,
+// it turns the instruction a halted vCPU will go on to into a jump to
+// itself, through QEMU's gdbstub. Each CPU that wakes there loops, with
+// its interrupts still served, until the watchdog says so.
+func TestBootAgainAfterLockup(t *testing.T) {
+	requireHusk(t)
+	if suite.VMM != "qemu" {
+		t.Skip("the guest is reached through QEMU's monitor; this daemon runs " + suite.VMM)
+	}
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	id := strings.TrimSpace(mustDocker(t, "create", "--name", name, "--label", containers.BootLabel+"=cold", img, "echo", "booted again"))
+	short := id[:12]
+	done := make(chan result, 1)
+	go func() { done <- docker(t, "start", "-a", name) }()
+
+	eventually(t, "the container's QEMU started", func() string {
+		if ps, err := harness.ProcessesMentioning("process=husk-" + short); err != nil || len(ps) == 0 {
+			return "no QEMU for " + short
+		}
+		return ""
+	})
+	// Once CPU 1 runs the kernel, the boot is past smp_init and its
+	// watchdog runs; the agent answers a second or more later, so the
+	// monitor is asked often.
+	var halted uint64
+	second := false
+	for deadline := time.Now().Add(commandTimeout); halted == 0; time.Sleep(20 * time.Millisecond) {
+		var regs string
+		err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
+		cpus := qemu.ParseCPUs(regs)
+		second = second || err == nil && len(cpus) > 1 && cpus[1].PC >= kernelHalf
+		for _, c := range cpus {
+			if second && c.Halted && c.PC >= kernelHalf {
+				halted = c.PC
+			}
+		}
+		if halted == 0 && time.Now().After(deadline) {
+			t.Fatalf("no vCPU of the guest halted in its kernel after its second CPU came up: %v\n%s", err, regs)
+		}
+	}
+	writeGuest(t, id, halted, []byte{0xeb, 0xfe}) // jmp .
+
+	r := <-done
+	if r.Code != 0 || r.Stdout != "booted again\n" {
+		t.Errorf("docker start -a after a lockup: exit %d, stdout %q, stderr %q; want the container's output", r.Code, r.Stdout, r.Stderr)
+	}
+	if !daemonLogHas(t, "guest kernel locked up while booting; booting it again", "id="+short, "soft lockup - CPU#") {
+		t.Errorf("no line saying the daemon booted %s again after a lockup", short)
+	}
+	if !daemonLogHas(t, "guest agent did not answer; what its VMM shows", "vm="+short) {
+		t.Errorf("no report of the VM that locked up")
+	}
+	vmDir := filepath.Join(suite.DaemonRoot, "containers", id, "vm")
+	console, err := os.ReadFile(filepath.Join(vmDir, "console.log.lockup"))
+	if err != nil || !strings.Contains(string(console), "BUG: soft lockup") {
+		last, _ := os.ReadFile(filepath.Join(vmDir, "console.log"))
+		t.Errorf("the first boot's console: %q, %v; want its lockup (the last boot's: %q)", console, err, last)
+	}
+	if ps, _ := harness.ProcessesMentioning("process=husk-" + short); len(ps) != 0 {
+		t.Errorf("a QEMU of %s still runs after it exited: %+v", name, ps)
+	}
+	mustDocker(t, "rm", name)
+}
+
+// kernelHalf is where an x86-64 Linux kernel's own addresses start.
+const kernelHalf = 0xffffffff80000000
+
+// writeGuest writes b into the guest memory of container id's VM at
+// virtual address addr, through a gdbstub its QEMU starts on a socket in
+// a directory of the test's that QEMU, run as nobody, can write. The stub stops the VM
+// while it is connected; detaching runs it again.
+func writeGuest(t *testing.T, id string, addr uint64, b []byte) {
+	t.Helper()
+	// t.TempDir's parent is closed to others.
+	dir, err := os.MkdirTemp("", "husk-gdb-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "gdb.sock")
+	var out string
+	if err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command",
+		map[string]string{"command-line": "gdbserver unix:" + sock + ",server=on,wait=off"}, &out); err != nil {
+		t.Fatalf("start a gdbstub: %v", err)
+	}
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("gdbstub: %v (%s)", err, out)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(commandTimeout))
+	rd := bufio.NewReader(conn)
+	// packet sends one command of GDB's remote protocol and returns its
+	// answer's payload, past stop replies.
+	packet := func(cmd string) string {
+		var sum byte
+		for i := 0; i < len(cmd); i++ {
+			sum += cmd[i]
+		}
+		if _, err := fmt.Fprintf(conn, "$%s#%02x", cmd, sum); err != nil {
+			t.Fatalf("gdbstub %s: %v", cmd, err)
+		}
+		for {
+			c, err := rd.ReadByte()
+			if err != nil {
+				t.Fatalf("gdbstub %s: %v", cmd, err)
+			}
+			if c != '$' {
+				continue // acknowledgements
+			}
+			payload, err := rd.ReadString('#')
+			if err != nil {
+				t.Fatalf("gdbstub %s: %v", cmd, err)
+			}
+			if _, err := io.ReadFull(rd, make([]byte, 2)); err != nil {
+				t.Fatalf("gdbstub %s: %v", cmd, err)
+			}
+			_, _ = conn.Write([]byte("+"))
+			payload = strings.TrimSuffix(payload, "#")
+			// The stop the connection made is reported too.
+			if strings.HasPrefix(payload, "T") {
+				continue
+			}
+			return payload
+		}
+	}
+	if got := packet(fmt.Sprintf("M%x,%x:%x", addr, len(b), b)); got != "OK" {
+		t.Fatalf("gdbstub write %x at %#x: %q", b, addr, got)
+	}
+	if got := packet(fmt.Sprintf("m%x,%x", addr, len(b))); got != fmt.Sprintf("%x", b) {
+		t.Errorf("gdbstub read back %q at %#x, want %x", got, addr, b)
+	}
+	// Detaching answers OK and lets the VM run again.
+	if got := packet("D"); got != "OK" {
+		t.Fatalf("gdbstub detach: %q", got)
+	}
+}
