@@ -39,12 +39,12 @@ type vmSpec struct {
 // guest is up, its VMM gives back the boot images it holds, if it can.
 //
 // A boot whose kernel reports a soft lockup on its console is given up at
-// once and booted again, once. Under TCG a boot hangs this way about once
-// in a couple of thousand, in the code patching of its early boot
+// once and booted again, once. Under TCG one cold boot in ~1,400 hung
+// this way on a stress rig, in the code patching of its early boot
 // (bench/README.md, *What a guest leaves out*); the watchdog says so
 // ~25 s in, where the wait for the agent would go on to its full timeout
-// and fail the start. The watchdog also fires when the host starved the
-// guest for its threshold (20 s), and such a boot is booted again too.
+// and fail the start. A CPU the watchdog reports that would have come
+// out of its loop by itself is booted again all the same.
 func (g Guest) startVM(ctx context.Context, log *slog.Logger, spec vmSpec) (vmm.Machine, *host.Client, error) {
 	for attempt := 1; ; attempt++ {
 		machine, client, err := g.bootOnce(ctx, log, spec)
