@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmtest"
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/proto"
 )
@@ -38,7 +39,11 @@ func (d *lockingDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, e
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.starts = append(d.starts, cfg)
-	m := &lockingMachine{d: d, done: make(chan struct{}), locked: len(d.starts) <= d.lockups}
+	m := &lockingMachine{d: d, locked: len(d.starts) <= d.lockups, Process: vmmtest.NewProcess(func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.killed++
+	})}
 	// A VMM writes its console afresh.
 	console := "[    0.000000] Linux version 6.1.0\n"
 	if m.locked {
@@ -51,14 +56,16 @@ func (d *lockingDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, e
 }
 
 type lockingMachine struct {
-	vmm.Machine
 	d      *lockingDriver
 	locked bool
-	once   sync.Once
-	done   chan struct{}
+	*vmmtest.Process
 }
 
-func (m *lockingMachine) PID() int { return 1 }
+func (m *lockingMachine) PID() int                               { return 1 }
+func (m *lockingMachine) Pause(context.Context) error            { return nil }
+func (m *lockingMachine) Resume(context.Context) error           { return nil }
+func (m *lockingMachine) Snapshot(context.Context, string) error { return errors.ErrUnsupported }
+func (m *lockingMachine) Shutdown(context.Context) error         { return m.Kill() }
 
 func (m *lockingMachine) DialAgent(context.Context) (net.Conn, error) {
 	hostEnd, agentEnd := net.Pipe()
@@ -79,27 +86,6 @@ func (m *lockingMachine) DialAgent(context.Context) (net.Conn, error) {
 func (m *lockingMachine) DescribeStall(context.Context) vmm.Stall {
 	return vmm.Stall{State: "running", CPUs: []vmm.StalledCPU{{PC: 0xffffffff814a4815}}}
 }
-
-func (m *lockingMachine) Kill() error {
-	m.once.Do(func() {
-		m.d.mu.Lock()
-		m.d.killed++
-		m.d.mu.Unlock()
-		close(m.done)
-	})
-	return nil
-}
-
-func (m *lockingMachine) Wait(ctx context.Context) error {
-	select {
-	case <-m.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (m *lockingMachine) Cleanup() error { return nil }
 
 type nopRefresher struct{}
 

@@ -18,6 +18,7 @@ import (
 	"github.com/husk-vm/husk/runtime/templates"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/runtime/vmm/vmmproc"
+	"github.com/husk-vm/husk/runtime/vmm/vmmtest"
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -92,7 +93,7 @@ func (f *fakeTemplates) Start(ctx context.Context, cfg vmm.Config) (*templates.V
 	if err := os.WriteFile(filepath.Join(cfg.Dir, "qemu.log"), nil, 0o600); err != nil {
 		return nil, err
 	}
-	m := &fakeMachine{dir: cfg.Dir, done: make(chan struct{})}
+	m := newFakeMachine(cfg.Dir)
 	f.restores = append(f.restores, cfg)
 	f.machines = append(f.machines, m)
 	var macs []string
@@ -151,8 +152,17 @@ type fakeMachine struct {
 	plugged []vmm.Disk // every disk ever attached
 	macs    []string
 	failMAC bool
-	once    sync.Once
-	done    chan struct{}
+	*vmmtest.Process
+}
+
+func newFakeMachine(dir string) *fakeMachine {
+	m := &fakeMachine{dir: dir}
+	m.Process = vmmtest.NewProcess(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.killed = true
+	})
+	return m
 }
 
 func (m *fakeMachine) PID() int { return 1 }
@@ -173,24 +183,6 @@ func (m *fakeMachine) Resume(context.Context) error {
 }
 func (m *fakeMachine) Snapshot(context.Context, string) error { return errdefs.ErrNotImplemented }
 func (m *fakeMachine) Shutdown(context.Context) error         { return m.Kill() }
-func (m *fakeMachine) Kill() error {
-	m.once.Do(func() {
-		m.mu.Lock()
-		m.killed = true
-		m.mu.Unlock()
-		close(m.done)
-	})
-	return nil
-}
-func (m *fakeMachine) Wait(ctx context.Context) error {
-	select {
-	case <-m.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-func (m *fakeMachine) Cleanup() error { return nil }
 func (m *fakeMachine) Relocate(dir string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -609,7 +601,7 @@ func TestSweepAfterCrash(t *testing.T) {
 	if err := os.Mkdir(left, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	m := &fakeMachine{dir: left, done: make(chan struct{})}
+	m := newFakeMachine(left)
 	w.drv.machines[left] = m
 	w.taps.Add(TapPrefix + "01234567890")
 	if err := vmmproc.AppendLine(filepath.Join(w.dir, "0123456789"+tapsSuffix), TapPrefix+"01234567890"); err != nil {

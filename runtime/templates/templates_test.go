@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/runtime/vmm/vmmtest"
 	"github.com/husk-vm/husk/shim/agent"
 	"github.com/husk-vm/husk/shim/proto"
 )
@@ -105,13 +106,16 @@ func (d *fakeDriver) Restore(_ context.Context, cfg vmm.Config, dir string) (vmm
 }
 
 func (d *fakeDriver) machine() *fakeMachine {
-	return &fakeMachine{d: d, done: make(chan struct{}), dialed: make(chan struct{})}
+	return &fakeMachine{d: d, dialed: make(chan struct{}), Process: vmmtest.NewProcess(func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.killed++
+	})}
 }
 
 type fakeMachine struct {
-	d    *fakeDriver
-	once sync.Once
-	done chan struct{}
+	d *fakeDriver
+	*vmmtest.Process
 	// dialed is closed when the agent is first dialed.
 	dialed     chan struct{}
 	dialedOnce sync.Once
@@ -148,24 +152,6 @@ func (m *fakeMachine) Snapshot(_ context.Context, dir string) error {
 	return os.WriteFile(filepath.Join(dir, "state"), []byte("memory"), 0o600)
 }
 func (m *fakeMachine) Shutdown(context.Context) error { return m.Kill() }
-func (m *fakeMachine) Kill() error {
-	m.once.Do(func() {
-		m.d.mu.Lock()
-		m.d.killed++
-		m.d.mu.Unlock()
-		close(m.done)
-	})
-	return nil
-}
-func (m *fakeMachine) Wait(ctx context.Context) error {
-	select {
-	case <-m.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-func (m *fakeMachine) Cleanup() error { return nil }
 
 type hotplugMachine struct{ *fakeMachine }
 
