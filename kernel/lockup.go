@@ -122,3 +122,13 @@ func WatchBoot(ctx context.Context, path string) (_ context.Context, stop func()
 		<-watched
 	}
 }
+
+// LockedUp is the lockup that ended ctx, a context WatchBoot gave, or nil
+// if it ended otherwise or has not.
+func LockedUp(ctx context.Context) *LockupError {
+	var lockup *LockupError
+	if errors.As(context.Cause(ctx), &lockup) {
+		return lockup
+	}
+	return nil
+}

@@ -106,15 +106,14 @@ func TestWatchBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-ctx.Done()
-	var lockup *LockupError
-	if !errors.As(context.Cause(ctx), &lockup) || lockup.Line != "[   24.481263] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [swapper/0:0]" {
-		t.Errorf("cause = %v, want the lockup", context.Cause(ctx))
+	if lockup := LockedUp(ctx); lockup == nil || lockup.Line != "[   24.481263] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [swapper/0:0]" {
+		t.Errorf("LockedUp = %v (cause %v), want the lockup", lockup, context.Cause(ctx))
 	}
 	stop()
 
 	ctx, stop = WatchBoot(context.Background(), filepath.Join(t.TempDir(), "console.log"))
 	stop()
-	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) {
+	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) || LockedUp(ctx) != nil {
 		t.Errorf("cause after stop = %v, want context.Canceled", cause)
 	}
 }

@@ -97,7 +97,7 @@ func (g Guest) bootOnce(ctx context.Context, log *slog.Logger, spec vmSpec) (_ v
 	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
 	if err != nil {
 		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol, spec.backends...)
-		if lockup := (*kernel.LockupError)(nil); errors.As(context.Cause(readyCtx), &lockup) {
+		if lockup := kernel.LockedUp(readyCtx); lockup != nil {
 			err = lockup
 		}
 		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, consoleLog))

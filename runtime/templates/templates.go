@@ -61,7 +61,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -512,7 +511,7 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 	client, err := connect(readyCtx, machine)
 	if err != nil {
 		vmm.ReportStall(ctx, readyCtx, m.log, vc.ID, machine, m.opts.KernelSymbol)
-		if lockup := (*kernel.LockupError)(nil); errors.As(context.Cause(readyCtx), &lockup) {
+		if lockup := kernel.LockedUp(readyCtx); lockup != nil {
 			err = lockup
 		}
 		return meta{}, fmt.Errorf("boot template: %w (console log: %s)", err, console)
