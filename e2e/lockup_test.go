@@ -19,8 +19,8 @@ import (
 )
 
 // TestBootAgainAfterLockup: a cold boot whose kernel reports a soft
-// lockup is killed and booted again, and `docker start -a` still runs the
-// container to its end. The test makes the boot lock up as the one a
+// lockup is killed and booted again, with its bind mount served again,
+// and `docker start -a` still runs the container to its end. The test makes the boot lock up as the one a
 // stress run caught did (bench/README.md, *What a guest leaves out*):
 // once the guest's second CPU runs its kernel, so that the watchdog runs,
 // it turns the instruction a halted vCPU will go on to into a jump to
@@ -33,7 +33,14 @@ func TestBootAgainAfterLockup(t *testing.T) {
 	}
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
-	id := strings.TrimSpace(mustDocker(t, "create", "--name", name, "--label", containers.BootLabel+"=cold", img, "echo", "booted again"))
+	// A bind mount, so that the second boot needs its virtiofsd started
+	// again: the first one exits with the VMM that locked up.
+	shared := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shared, "greeting"), []byte("booted again\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(mustDocker(t, "create", "--name", name, "--label", containers.BootLabel+"=cold",
+		"-v", shared+":/mnt:ro", img, "cat", "/mnt/greeting"))
 	short := id[:12]
 	done := make(chan result, 1)
 	go func() { done <- docker(t, "start", "-a", name) }()
