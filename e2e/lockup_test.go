@@ -20,12 +20,13 @@ import (
 
 // TestBootAgainAfterLockup: a cold boot whose kernel reports a soft
 // lockup is killed and booted again, with its bind mount served again,
-// and `docker start -a` still runs the container to its end. The test makes the boot lock up as the one a
-// stress run caught did (bench/README.md, *What a guest leaves out*):
-// once the guest's second CPU runs its kernel, so that the watchdog runs,
-// it turns the instruction a halted vCPU will go on to into a jump to
-// itself, through QEMU's gdbstub. Each CPU that wakes there loops, with
-// its interrupts still served, until the watchdog says so.
+// and `docker start -a` still runs the container to its end. The test
+// makes the boot lock up as the one a stress run caught did
+// (bench/README.md, *What a guest leaves out*): once the guest's second
+// CPU runs its kernel, so that the watchdog runs, it turns the
+// instruction a halted vCPU will go on to into a jump to itself, through
+// QEMU's gdbstub. Each CPU that wakes there loops, with its interrupts
+// still served, until the watchdog says so.
 func TestBootAgainAfterLockup(t *testing.T) {
 	requireHusk(t)
 	if suite.VMM != "qemu" {
