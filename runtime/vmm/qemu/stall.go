@@ -164,15 +164,20 @@ const codeLen = 8
 // guestCode reads codeLen bytes at a vCPU's virtual address pc, through
 // that vCPU's page tables (HMP's x on that vCPU).
 func guestCode(ctx context.Context, q *QMP, cpu int, pc uint64) ([]byte, error) {
-	vals, err := examine(ctx, q, cpu, fmt.Sprintf("x /%dxb %#x", codeLen, pc), codeLen)
+	return examineBytes(ctx, q, cpu, fmt.Sprintf("x /%dxb %#x", codeLen, pc), codeLen)
+}
+
+// examineBytes is examine for a command that prints n bytes (format xb).
+func examineBytes(ctx context.Context, q *QMP, cpu int, command string, n int) ([]byte, error) {
+	vals, err := examine(ctx, q, cpu, command, n)
 	if err != nil {
 		return nil, err
 	}
-	code := make([]byte, len(vals))
+	b := make([]byte, len(vals))
 	for i, v := range vals {
-		code[i] = byte(v)
+		b[i] = byte(v)
 	}
-	return code, nil
+	return b, nil
 }
 
 // guestU16 reads a 16-bit word of guest-physical memory (HMP's xp).

@@ -75,13 +75,9 @@ func TestDescribeStall(t *testing.T) {
 		if err != nil {
 			t.Fatalf("gva2gpa %#x: %q: %v", c.PC, out, err)
 		}
-		vals, err := examine(ctx, q, i, fmt.Sprintf("xp /%dxb %#x", codeLen, gpa), codeLen)
+		want, err := examineBytes(ctx, q, i, fmt.Sprintf("xp /%dxb %#x", codeLen, gpa), codeLen)
 		if err != nil {
 			t.Fatal(err)
-		}
-		var want []byte
-		for _, v := range vals {
-			want = append(want, byte(v))
 		}
 		if !bytes.Equal(c.Code, want) {
 			t.Errorf("vCPU %d's code at %#x: % x, physical memory has % x", i, c.PC, c.Code, want)
