@@ -29,15 +29,16 @@ func SoftLockup(line string) bool {
 // not been written yet; the watchdog's line is far shorter.
 const maxConsoleLine = 4096
 
-// WatchLockup follows the console log at path, as the guest writes it,
-// until the kernel reports a soft lockup there (SoftLockup), and returns
-// that line. It looks every interval; a file not there yet is waited for,
-// and one that shrinks (a new VMM truncated it) is read again from its
-// start. It returns ctx's error when ctx ends first.
-func WatchLockup(ctx context.Context, path string, every time.Duration) (string, error) {
+// WatchLockup follows the console log at path from offset from, as the
+// guest writes it, until the kernel reports a soft lockup there
+// (SoftLockup), and returns that line. It looks every interval; a file
+// not there yet is waited for, and one that shrinks (a new VMM truncated
+// it) is read again from its start. It returns ctx's error when ctx ends
+// first.
+func WatchLockup(ctx context.Context, path string, from int64, every time.Duration) (string, error) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var off int64
+	off := from
 	var partial []byte
 	for {
 		b, size, err := readFrom(path, off)
@@ -109,11 +110,18 @@ const lockupInterval = 100 * time.Millisecond
 // a boot that hangs in a loop, not at its own timeout. stop ends the watch
 // and waits for it to end.
 func WatchBoot(ctx context.Context, path string) (_ context.Context, stop func()) {
+	return WatchBootFrom(ctx, path, 0)
+}
+
+// WatchBootFrom is WatchBoot for what the console says past offset from:
+// a wait that goes on after a lockup, once the guest has been helped out
+// of it, ends only on a report that comes after.
+func WatchBootFrom(ctx context.Context, path string, from int64) (_ context.Context, stop func()) {
 	ctx, giveUp := context.WithCancelCause(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		if line, err := WatchLockup(ctx, path, lockupInterval); err == nil {
+		if line, err := WatchLockup(ctx, path, from, lockupInterval); err == nil {
 			giveUp(&LockupError{Line: line})
 		}
 	}()

@@ -39,32 +39,22 @@ func TestWatchLockup(t *testing.T) {
 	watch := func(ctx context.Context) chan result {
 		done := make(chan result, 1)
 		go func() {
-			line, err := WatchLockup(ctx, path, time.Millisecond)
+			line, err := WatchLockup(ctx, path, 0, time.Millisecond)
 			done <- result{line, err}
 		}()
 		return done
-	}
-	appendTo := func(s string) {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteString(s); err != nil {
-			t.Fatal(err)
-		}
 	}
 	const lockup = "[   28.113862] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [swapper/0:1]"
 
 	done := watch(context.Background())
 	time.Sleep(5 * time.Millisecond)
-	appendTo("[    0.000000] Linux version 6.1.0\n[    1.2] watchdog: BUG: soft")
+	appendFile(t, path, "[    0.000000] Linux version 6.1.0\n[    1.2] watchdog: BUG: soft")
 	select {
 	case r := <-done:
 		t.Fatalf("WatchLockup returned on half a line: %q, %v", r.line, r.err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	appendTo(" lockup - CPU#0 stuck for 26s! [swapper/0:1]\r\nmore\n")
+	appendFile(t, path, " lockup - CPU#0 stuck for 26s! [swapper/0:1]\r\nmore\n")
 	if r := <-done; r.err != nil || r.line != "[    1.2] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [swapper/0:1]" {
 		t.Errorf("WatchLockup = %q, %v; want the joined line", r.line, r.err)
 	}
@@ -111,9 +101,47 @@ func TestWatchBoot(t *testing.T) {
 	}
 	stop()
 
+	// Past the first report, only a later one ends the watch.
+	size := fileSize(t, path)
+	ctx, stop = WatchBootFrom(context.Background(), path, size)
+	time.Sleep(3 * lockupInterval)
+	if ctx.Err() != nil {
+		t.Fatalf("WatchBootFrom past the report ended: %v", context.Cause(ctx))
+	}
+	const again = "[   48.481263] watchdog: BUG: soft lockup - CPU#0 stuck for 44s! [swapper/0:0]"
+	appendFile(t, path, again+"\n")
+	<-ctx.Done()
+	if lockup := LockedUp(ctx); lockup == nil || lockup.Line != again {
+		t.Errorf("LockedUp past the first report = %v (cause %v), want the second", lockup, context.Cause(ctx))
+	}
+	stop()
+
 	ctx, stop = WatchBoot(context.Background(), filepath.Join(t.TempDir(), "console.log"))
 	stop()
 	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) || LockedUp(ctx) != nil {
 		t.Errorf("cause after stop = %v, want context.Canceled", cause)
 	}
+}
+
+// appendFile writes s at the end of the file at path, as a guest's
+// console grows.
+func appendFile(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }
