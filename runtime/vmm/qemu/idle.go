@@ -160,13 +160,11 @@ func (m *Machine) releaseTranslations(ctx context.Context) (released bool, err e
 		return false, err
 	}
 	defer q.Close()
-	var st struct {
-		Status string `json:"status"`
-	}
-	if err := q.Execute(ctx, "query-status", nil, &st); err != nil {
+	st, err := queryStatus(ctx, q)
+	if err != nil {
 		return false, err
 	}
-	if st.Status != "running" {
+	if st != "running" {
 		return false, nil
 	}
 	if err := q.Execute(ctx, ReleaseCommand, nil, nil); err != nil {

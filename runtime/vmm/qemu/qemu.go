@@ -427,14 +427,12 @@ func (m *Machine) afterStart(ctx context.Context, wantStatus string) error {
 		return err
 	}
 	defer q.Close()
-	var st struct {
-		Status string `json:"status"`
-	}
-	if err := q.Execute(ctx, "query-status", nil, &st); err != nil {
+	st, err := queryStatus(ctx, q)
+	if err != nil {
 		return err
 	}
-	if st.Status != wantStatus {
-		return fmt.Errorf("qemu status %q after start, want %s", st.Status, wantStatus)
+	if st != wantStatus {
+		return fmt.Errorf("qemu status %q after start, want %s", st, wantStatus)
 	}
 	return nil
 }

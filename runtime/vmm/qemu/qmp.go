@@ -207,3 +207,15 @@ func ctxErr(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// queryStatus is the VM's run state ("running", "paused", "inmigrate",
+// ...).
+func queryStatus(ctx context.Context, q *QMP) (string, error) {
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := q.Execute(ctx, "query-status", nil, &st); err != nil {
+		return "", err
+	}
+	return st.Status, nil
+}

@@ -40,14 +40,10 @@ func (m *Machine) DescribeStall(ctx context.Context) vmm.Stall {
 		return s
 	}
 	defer q.Close()
-	var st struct {
-		Status string `json:"status"`
-	}
-	if err := q.Execute(qctx, "query-status", nil, &st); err != nil {
+	if s.State, err = queryStatus(qctx, q); err != nil {
 		s.Errs = append(s.Errs, err)
 		return s
 	}
-	s.State = st.Status
 	var regs string
 	if err := q.Execute(qctx, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs); err != nil {
 		s.Errs = append(s.Errs, err)
