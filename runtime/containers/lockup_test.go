@@ -29,10 +29,17 @@ type lockingDriver struct {
 	vmm.Driver
 	t       *testing.T
 	lockups int
+	// retranslate gives machines a Retranslate, which frees a locked
+	// guest when cures is set and otherwise leaves it to report its
+	// lockup again; retranslateErr is its error.
+	retranslate    bool
+	cures          bool
+	retranslateErr error
 
-	mu     sync.Mutex
-	starts []vmm.Config
-	killed int
+	mu             sync.Mutex
+	starts         []vmm.Config
+	killed         int
+	retranslations int
 }
 
 func (d *lockingDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, error) {
@@ -49,16 +56,42 @@ func (d *lockingDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, e
 	if m.locked {
 		console += lockupLine + "\n"
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Dir, consoleLog), []byte(console), 0o600); err != nil {
+	m.console = filepath.Join(cfg.Dir, consoleLog)
+	if err := os.WriteFile(m.console, []byte(console), 0o600); err != nil {
 		return nil, err
+	}
+	if d.retranslate {
+		return retranslatingMachine{m}, nil
 	}
 	return m, nil
 }
 
 type lockingMachine struct {
-	d      *lockingDriver
-	locked bool
+	d       *lockingDriver
+	console string
+	// locked and retranslated are guarded by d.mu.
+	locked       bool
+	retranslated bool
 	*vmmtest.Process
+}
+
+// retranslatingMachine is a lockingMachine whose VMM can translate its
+// guest's code afresh.
+type retranslatingMachine struct{ *lockingMachine }
+
+func (m retranslatingMachine) Retranslate(context.Context) (int, error) {
+	d := m.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.retranslations++
+	if d.retranslateErr != nil {
+		return 0, d.retranslateErr
+	}
+	m.retranslated = true
+	if d.cures {
+		m.locked = false
+	}
+	return 1, nil
 }
 
 func (m *lockingMachine) PID() int                               { return 1 }
@@ -69,7 +102,22 @@ func (m *lockingMachine) Shutdown(context.Context) error         { return m.Kill
 
 func (m *lockingMachine) DialAgent(context.Context) (net.Conn, error) {
 	hostEnd, agentEnd := net.Pipe()
-	if m.locked {
+	m.d.mu.Lock()
+	locked, retranslated := m.locked, m.retranslated
+	m.retranslated = false
+	m.d.mu.Unlock()
+	if locked {
+		if retranslated {
+			// A guest that spins on reports it again.
+			f, err := os.OpenFile(m.console, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			if _, err := f.WriteString(lockupLine + "\n"); err != nil {
+				return nil, err
+			}
+		}
 		return hostEnd, nil
 	}
 	a, err := agent.New(agent.Options{Rootfs: agent.DirRootfs(m.d.t.TempDir()), StateDir: m.d.t.TempDir(), Refresher: nopRefresher{}})
@@ -185,5 +233,76 @@ func TestBootGivenUpNotAgain(t *testing.T) {
 	}
 	if len(d.starts) != 1 {
 		t.Errorf("%d boots, want 1", len(d.starts))
+	}
+}
+
+// TestRetranslateAfterLockup: a boot whose kernel reports a soft lockup,
+// on a VMM that can translate its code afresh, has that done first; a
+// guest that then boots on is kept, and one that reports its lockup
+// again, or whose VMM could not, is booted again as before. A KVM guest
+// runs no translations to drop.
+func TestRetranslateAfterLockup(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		lockups        int
+		cures          bool
+		retranslateErr error
+		accel          string
+		wantBoots      int
+		wantRetrans    int
+		wantReports    int
+		wantErr        bool
+		wantLog        []string
+	}{
+		{name: "cured", lockups: 1, cures: true, wantBoots: 1, wantRetrans: 1, wantReports: 1,
+			wantLog: []string{"its code was translated afresh", "guest booted on once its code was translated afresh"}},
+		{name: "spins on", lockups: 1, wantBoots: 2, wantRetrans: 1, wantReports: 2,
+			wantLog: []string{"its code was translated afresh", "booting it again"}},
+		{name: "retranslation fails", lockups: 1, retranslateErr: errors.New("no gdbstub"), wantBoots: 2, wantRetrans: 1, wantReports: 1,
+			wantLog: []string{"its code could not be translated afresh", "no gdbstub", "booting it again"}},
+		{name: "spins on twice", lockups: 2, wantBoots: 2, wantRetrans: 2, wantReports: 4, wantErr: true,
+			wantLog: []string{"booting it again"}},
+		{name: "kvm", lockups: 1, cures: true, accel: "kvm", wantBoots: 2, wantRetrans: 0, wantReports: 1,
+			wantLog: []string{"booting it again"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &lockingDriver{t: t, lockups: tc.lockups, retranslate: true, cures: tc.cures, retranslateErr: tc.retranslateErr}
+			var logBuf bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logBuf, nil))
+			g := Guest{Driver: d, ReadyTimeout: 30 * time.Second, Accel: tc.accel}
+			machine, client, err := g.startVM(context.Background(), log, vmSpec{id: "c1", dir: t.TempDir()})
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "soft lockup - CPU#0") {
+					t.Fatalf("startVM: err = %v, want the lockup", err)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("startVM: %v", err)
+				}
+				client.Close()
+				killVM(machine)
+			}
+			out := logBuf.String()
+			if len(d.starts) != tc.wantBoots {
+				t.Errorf("%d boots, want %d:\n%s", len(d.starts), tc.wantBoots, out)
+			}
+			if d.killed != tc.wantBoots {
+				t.Errorf("%d VMs killed, want %d", d.killed, tc.wantBoots)
+			}
+			if d.retranslations != tc.wantRetrans {
+				t.Errorf("%d retranslations, want %d", d.retranslations, tc.wantRetrans)
+			}
+			if got := strings.Count(out, "guest agent did not answer"); got != tc.wantReports {
+				t.Errorf("%d stall reports, want %d:\n%s", got, tc.wantReports, out)
+			}
+			for _, want := range tc.wantLog {
+				if !strings.Contains(out, want) {
+					t.Errorf("log lacks %q:\n%s", want, out)
+				}
+			}
+			if tc.cures && tc.accel != "kvm" && strings.Contains(out, "booting it again") {
+				t.Errorf("a cured boot was booted again:\n%s", out)
+			}
+		})
 	}
 }

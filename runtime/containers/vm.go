@@ -38,13 +38,15 @@ type vmSpec struct {
 // ReadyTimeout for the guest. On error nothing is left running. Once the
 // guest is up, its VMM gives back the boot images it holds, if it can.
 //
-// A boot whose kernel reports a soft lockup on its console is given up at
-// once and booted again, once. Under TCG one cold boot in ~1,400 hung
-// this way on a stress rig, in the code patching of its early boot
-// (bench/README.md, *What a guest leaves out*); the watchdog says so
-// ~25 s in, where the wait for the agent would go on to its full timeout
-// and fail the start. A CPU the watchdog reports that would have come
-// out of its loop by itself is booted again all the same.
+// A boot whose kernel reports a soft lockup on its console has the code
+// its vCPUs run translated afresh where the VMM can (retranslated); one
+// that still spins, or whose VMM cannot, is given up at once and booted
+// again, once. Under TCG one cold boot in ~1,400 hung this way on a
+// stress rig, in the code patching of its early boot (bench/README.md,
+// *What a guest leaves out*); the watchdog says so ~25 s in, where the
+// wait for the agent would go on to its full timeout and fail the start.
+// A CPU the watchdog reports that would have come out of its loop by
+// itself is helped or booted again all the same.
 func (g Guest) startVM(ctx context.Context, log *slog.Logger, spec vmSpec) (vmm.Machine, *host.Client, error) {
 	for attempt := 1; ; attempt++ {
 		machine, client, err := g.bootOnce(ctx, log, spec)
@@ -98,12 +100,65 @@ func (g Guest) bootOnce(ctx context.Context, log *slog.Logger, spec vmSpec) (_ v
 	if err != nil {
 		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol, spec.backends...)
 		if lockup := kernel.LockedUp(readyCtx); lockup != nil {
-			err = lockup
+			deadline, _ := readyCtx.Deadline()
+			client, err = g.retranslated(ctx, log, spec, machine, lockup, deadline)
 		}
-		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, consoleLog))
+		if err != nil {
+			return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, consoleLog))
+		}
 	}
 	releaseBootImages(log, spec.id, machine)
 	return machine, client, nil
+}
+
+// retranslator is a VM whose VMM can translate afresh the guest code its
+// vCPUs run, once (qemu.Machine under TCG).
+type retranslator interface {
+	Retranslate(ctx context.Context) (int, error)
+}
+
+// retranslated helps a booting guest whose kernel reported a soft lockup
+// out of it, where the VMM can: it has the VMM translate the code the
+// vCPUs run afresh, and waits for the agent again until deadline or the
+// next lockup the console reports. It returns the lockup when it could
+// not, or the guest spun on.
+//
+// A stress rig's boot that hung spun where its kernel had patched its
+// code, and QEMU 7.2 can keep running a translation of code that was
+// changed while it was being translated (qemu.Machine.Retranslate): such
+// a guest goes on with its boot once the translation is dropped, where a
+// boot again costs the boot's time once more. A guest that spins for
+// another reason spins on, and its watchdog says so again ~20 s later.
+func (g Guest) retranslated(ctx context.Context, log *slog.Logger, spec vmSpec, machine vmm.Machine, lockup *kernel.LockupError, deadline time.Time) (*host.Client, error) {
+	r, ok := machine.(retranslator)
+	if !ok || g.Accel == "kvm" || ctx.Err() != nil {
+		return nil, lockup
+	}
+	console := filepath.Join(spec.dir, consoleLog)
+	n, err := r.Retranslate(ctx)
+	if err != nil {
+		log.Warn("guest kernel locked up while booting; its code could not be translated afresh", "id", spec.id, "console", lockup.Line, "err", err)
+		return nil, lockup
+	}
+	log.Warn("guest kernel locked up while booting; its code was translated afresh", "id", spec.id, "console", lockup.Line, "addresses", n)
+	var seen int64
+	if st, err := os.Stat(console); err == nil {
+		seen = st.Size()
+	}
+	readyCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	readyCtx, stopWatch := kernel.WatchBootFrom(readyCtx, console, seen)
+	defer stopWatch()
+	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
+	if err != nil {
+		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol, spec.backends...)
+		if again := kernel.LockedUp(readyCtx); again != nil {
+			return nil, again
+		}
+		return nil, err
+	}
+	log.Info("guest booted on once its code was translated afresh", "id", spec.id)
+	return client, nil
 }
 
 // bootImagesReleaser is a VM whose VMM can give back the memory of the
