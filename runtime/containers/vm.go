@@ -112,7 +112,7 @@ func (g Guest) bootOnce(ctx context.Context, log *slog.Logger, spec vmSpec) (_ v
 }
 
 // retranslator is a VM whose VMM can translate afresh the guest code its
-// vCPUs run, once (qemu.Machine under TCG).
+// vCPUs run (qemu.Machine under TCG).
 type retranslator interface {
 	Retranslate(ctx context.Context) (int, error)
 }

@@ -89,7 +89,6 @@ import (
 const (
 	qmpSocket   = "qmp.sock"
 	agentSocket = "agent.sock"
-	gdbSocket   = "gdb.sock"
 	pidFile     = "qemu.pid"
 	consoleLog  = "console.log"
 	outputLog   = "qemu.log"
@@ -694,12 +693,6 @@ func qemuArgs(spec argSpec, cfg vmm.Config) ([]string, error) {
 		"-qmp", "unix:"+qmpSocket+",server=on,wait=off",
 		"-sandbox", "on,obsolete=deny,spawn=deny,resourcecontrol=deny",
 	)
-	if cfg.Accel != "kvm" {
-		// Retranslate's gdbstub: QEMU, once it runs as runAs, could not
-		// create a socket in the VM directory, so it listens from the
-		// start, with nothing behind it until Retranslate attaches one.
-		args = append(args, "-chardev", "socket,id="+gdbChardev+",path="+gdbSocket+",server=on,wait=off")
-	}
 	if runAs != "" {
 		args = append(args, "-runas", runAs)
 	}
@@ -1013,7 +1006,7 @@ func isOurQEMU(pid int, dir string) bool {
 }
 
 func removeRuntimeFiles(dir string) error {
-	for _, name := range []string{qmpSocket, agentSocket, gdbSocket, pidFile, layoutFile, memoryFile} {
+	for _, name := range []string{qmpSocket, agentSocket, pidFile, layoutFile, memoryFile} {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", name, err)
 		}
@@ -1052,8 +1045,6 @@ type Machine struct {
 	// earlyAgent is a connection to the agent's channel made before the
 	// VM resumed (agentdial.go), for the next DialAgent.
 	earlyAgent net.Conn
-	// gdbUsed: Retranslate has had the gdbstub on the VM's chardev.
-	gdbUsed bool
 }
 
 var _ vmm.Machine = (*Machine)(nil)

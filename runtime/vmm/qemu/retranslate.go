@@ -8,12 +8,18 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
-// gdbChardev is the chardev Retranslate attaches QEMU's gdbstub to.
-const gdbChardev = "husk-gdb"
+// gdbChardev and gdbFD name the chardev Retranslate attaches QEMU's
+// gdbstub to, and the descriptor it is made from.
+const (
+	gdbChardev = "husk-gdb"
+	gdbFD      = "husk-gdb"
+)
 
 // retranslateSamples is how many times Retranslate reads the vCPUs'
 // registers, retranslateGap apart: a vCPU caught in a loop through an
@@ -40,14 +46,12 @@ const codeSpan = 16
 // gdbstub, as it does for a write by a vCPU, but only once the
 // translation is listed, which a stale one is by then. No monitor
 // command writes guest memory or drops translations, so Retranslate
-// attaches the gdbstub to the chardev the VM was started with, reads the
-// bytes at each vCPU's instruction pointer through it and writes the
-// same bytes back, then detaches it. The gdbstub stops the VM while it
-// is connected. A VM that was not running is left alone.
-//
-// It works once per VM: QEMU deletes the chardev when the stub is taken
-// off it, and attaching the stub again to the chardev it is on would
-// have QEMU delete that chardev under the stub. A second call fails.
+// hands QEMU one end of a socket pair as a chardev, attaches the gdbstub
+// to it, reads the bytes at each vCPU's instruction pointer through the
+// other end and writes the same bytes back, then detaches and takes the
+// stub off, which deletes the chardev. QEMU, running as an unprivileged
+// user by then, needs no socket of its own for it. The gdbstub stops the
+// VM while it is connected. A VM that was not running is left alone.
 //
 // The protocol client is hand-written: it sends five kinds of packet and
 // reads their answers, which no Go library of GDB's remote protocol
@@ -74,20 +78,11 @@ func (m *Machine) Retranslate(ctx context.Context) (_ int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	m.mu.Lock()
-	used := m.gdbUsed
-	m.gdbUsed = true
-	m.mu.Unlock()
-	if used {
-		return 0, errors.New("its gdbstub was used before")
+	conn, err := attachGDB(ctx, q)
+	if err != nil {
+		return 0, err
 	}
-	var out string
-	if err := q.Execute(ctx, "human-monitor-command", map[string]string{"command-line": "gdbserver chardev:" + gdbChardev}, &out); err != nil {
-		return 0, fmt.Errorf("start the gdbstub: %w", err)
-	}
-	if !strings.Contains(out, "Waiting for gdb connection") {
-		return 0, fmt.Errorf("start the gdbstub: %q", strings.TrimSpace(out))
-	}
+	defer conn.Close()
 	defer func() {
 		// Detached or not, the stub goes, and a VM it left stopped runs
 		// again.
@@ -100,12 +95,6 @@ func (m *Machine) Retranslate(ctx context.Context) (_ int, err error) {
 			}
 		}
 	}()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", m.path(gdbSocket))
-	if err != nil {
-		return 0, fmt.Errorf("connect to the gdbstub: %w", err)
-	}
-	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
@@ -132,6 +121,43 @@ func (m *Machine) Retranslate(ctx context.Context) (_ int, err error) {
 		return n, err
 	}
 	return n, nil
+}
+
+// attachGDB gives QEMU one end of a new socket pair as the chardev
+// gdbChardev, attaches its gdbstub there, and returns the other end.
+func attachGDB(ctx context.Context, q *QMP) (_ net.Conn, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket pair for the gdbstub: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "gdb"), os.NewFile(uintptr(fds[1]), "gdb-qemu")
+	defer ours.Close()
+	defer theirs.Close()
+	if err := q.ExecuteWithFile(ctx, "getfd", map[string]string{"fdname": gdbFD}, nil, theirs); err != nil {
+		return nil, fmt.Errorf("hand QEMU the gdbstub's socket: %w", err)
+	}
+	backend := map[string]any{"type": "socket", "data": map[string]any{
+		"addr":   map[string]any{"type": "fd", "data": map[string]string{"str": gdbFD}},
+		"server": false,
+	}}
+	if err := q.Execute(ctx, "chardev-add", map[string]any{"id": gdbChardev, "backend": backend}, nil); err != nil {
+		_ = q.Execute(ctx, "closefd", map[string]string{"fdname": gdbFD}, nil)
+		return nil, fmt.Errorf("add the gdbstub's chardev: %w", err)
+	}
+	var out string
+	err = q.Execute(ctx, "human-monitor-command", map[string]string{"command-line": "gdbserver chardev:" + gdbChardev}, &out)
+	if err == nil && !strings.Contains(out, "Waiting for gdb connection") {
+		err = errors.New(strings.TrimSpace(out))
+	}
+	if err != nil {
+		_ = q.Execute(ctx, "chardev-remove", map[string]string{"id": gdbChardev}, nil)
+		return nil, fmt.Errorf("start the gdbstub: %w", err)
+	}
+	conn, err := net.FileConn(ours)
+	if err != nil {
+		return nil, fmt.Errorf("gdbstub socket: %w", err)
+	}
+	return conn, nil
 }
 
 // pageSize is the guest's page; a write back stays within the page of
