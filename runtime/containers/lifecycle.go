@@ -368,7 +368,11 @@ func (c *ctr) monitor(r *run) {
 			}
 		}()
 	}
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watched := c.watchLockups(watchCtx, r)
 	status, waitErr := r.proc.Wait(ctx)
+	stopWatching()
+	<-watched
 	if waitErr != nil {
 		waitErr = lostProcess(r, waitErr)
 	}

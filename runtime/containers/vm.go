@@ -141,13 +141,9 @@ func (g Guest) retranslated(ctx context.Context, log *slog.Logger, spec vmSpec, 
 		return nil, lockup
 	}
 	log.Warn("guest kernel locked up while booting; its code was translated afresh", "id", spec.id, "console", lockup.Line, "addresses", n)
-	var seen int64
-	if st, err := os.Stat(console); err == nil {
-		seen = st.Size()
-	}
 	readyCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	readyCtx, stopWatch := kernel.WatchBootFrom(readyCtx, console, seen)
+	readyCtx, stopWatch := kernel.WatchBootFrom(readyCtx, console, consoleLength(console))
 	defer stopWatch()
 	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
 	if err != nil {

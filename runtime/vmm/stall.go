@@ -72,6 +72,12 @@ func ReportStall(ctx, ready context.Context, log *slog.Logger, vm string, m Mach
 	if cause := context.Cause(ready); ctx.Err() != nil || cause == nil || errors.Is(cause, context.Canceled) {
 		return
 	}
+	Describe(ctx, log, "guest agent did not answer; what its VMM shows", vm, m, symbol, backends...)
+}
+
+// Describe logs, as a warning with message msg, what m's VMM can tell of
+// its guest, as ReportStall does, whatever the guest is doing.
+func Describe(ctx context.Context, log *slog.Logger, msg, vm string, m Machine, symbol func(pc uint64) string, backends ...int) {
 	d, ok := m.(stallDescriber)
 	if !ok || log == nil {
 		return
@@ -121,5 +127,5 @@ func ReportStall(ctx, ready context.Context, log *slog.Logger, vm string, m Mach
 		}
 		attrs = append(attrs, "unknown", strings.Join(errs, "; "))
 	}
-	log.Warn("guest agent did not answer; what its VMM shows", attrs...)
+	log.Warn(msg, attrs...)
 }
