@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,6 +164,96 @@ func TestBootGoesOnAfterStaleTranslation(t *testing.T) {
 	}
 	mustDocker(t, "rm", name)
 }
+
+// TestRunningGuestRetranslated: a running container's guest, started
+// from its image's template, whose vCPU spins in a stale translation of
+// kernel code a process runs, has its code translated afresh once its
+// kernel reports the lockup, and the process goes on. The container's
+// process loops through write(2), counting; the test makes the stale
+// translation as TestBootGoesOnAfterStaleTranslation does, at an
+// address a vCPU runs with interrupts on while in the kernel for it.
+// (The idle loop that test uses will not do here: an idle vCPU whose
+// tick is stopped touches the watchdog at every interrupt, so a spin
+// there is never reported.) The template's RAM file is mapped
+// privately, so the write through /proc stays in this VM.
+func TestRunningGuestRetranslated(t *testing.T) {
+	requireHusk(t)
+	if suite.VMM != "qemu" {
+		t.Skip("the guest is reached through QEMU's monitor; this daemon runs " + suite.VMM)
+	}
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, img,
+		"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; done"))
+	short := id[:12]
+	var pc uint64
+	for deadline := time.Now().Add(commandTimeout); pc == 0; time.Sleep(20 * time.Millisecond) {
+		var regs string
+		err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
+		for _, m := range kernelRunning.FindAllStringSubmatch(regs, -1) {
+			rip, _ := strconv.ParseUint(m[1], 16, 64)
+			rfl, _ := strconv.ParseUint(m[2], 16, 64)
+			if rip >= kernelHalf && rfl&interruptsOn != 0 {
+				pc = rip
+			}
+		}
+		if pc == 0 && time.Now().After(deadline) {
+			t.Fatalf("no vCPU in the kernel with interrupts on: %v\n%s", err, regs)
+		}
+	}
+	hva := guestHostAddress(t, id, pc)
+	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", vmmPID(t, name)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	old := make([]byte, 2)
+	if _, err := mem.ReadAt(old, hva); err != nil {
+		t.Fatal(err)
+	}
+	writeGuest(t, id, pc, []byte{0xeb, 0xfe}) // jmp .
+	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
+		cpus, regs, err := vmCPUs(id)
+		if slices.ContainsFunc(cpus, func(c vmm.StalledCPU) bool { return !c.Halted && c.PC == pc }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no vCPU spins at %#x: %v\n%s", pc, err, regs)
+		}
+	}
+	if _, err := mem.WriteAt(old, hva); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, "the daemon had the code translated afresh", func() string {
+		if !daemonLogHas(t, "guest kernel reports a soft lockup; its code was translated afresh", "id="+short, "soft lockup - CPU#") {
+			return "no line saying the daemon had " + short + "'s code translated afresh"
+		}
+		return ""
+	})
+	if !daemonLogHas(t, "guest kernel reports a soft lockup; what its VMM shows", "vm="+short) {
+		t.Errorf("no report of %s's VM", short)
+	}
+	// The process counts on.
+	first := strings.TrimSpace(mustDocker(t, "exec", name, "cat", "/tmp/count"))
+	eventually(t, "the count to go on", func() string {
+		if now := strings.TrimSpace(mustDocker(t, "exec", name, "cat", "/tmp/count")); now == first {
+			return "the count stays at " + now
+		}
+		return ""
+	})
+	if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Status}}", name)); got != "running" {
+		t.Errorf("%s is %s after its lockup, want running", name, got)
+	}
+	mustDocker(t, "rm", "-f", name)
+}
+
+// kernelRunning matches a running vCPU's instruction pointer and flags
+// in HMP's "info registers".
+var kernelRunning = regexp.MustCompile(`RIP=([0-9a-f]+) RFL=([0-9a-f]+)[^\n]*CPL=0[^\n]*HLT=0`)
+
+// interruptsOn is RFLAGS.IF.
+const interruptsOn = 0x200
 
 // guestHostAddress is where container id's QEMU maps the guest memory at
 // the kernel's virtual address addr.
