@@ -172,9 +172,9 @@ func TestBootGoesOnAfterStaleTranslation(t *testing.T) {
 // process loops through write(2), counting; the test makes the stale
 // translation as TestBootGoesOnAfterStaleTranslation does, at an
 // address a vCPU runs with interrupts on while in the kernel for it.
-// (The idle loop that test uses will not do here: an idle vCPU whose
-// tick is stopped touches the watchdog at every interrupt, so a spin
-// there is never reported.) The template's RAM file is mapped
+// (The idle loop that test uses will not do here: a vCPU whose tick was
+// stopped for idle touches the watchdog on each tick it takes, so a spin
+// there was never reported.) The template's RAM file is mapped
 // privately, so the write through /proc stays in this VM.
 func TestRunningGuestRetranslated(t *testing.T) {
 	requireHusk(t)
