@@ -32,34 +32,15 @@ import (
 // QEMU's gdbstub. Each CPU that wakes there loops, with its interrupts
 // still served, until the watchdog says so.
 func TestBootAgainAfterLockup(t *testing.T) {
-	requireHusk(t)
-	if suite.VMM != "qemu" {
-		t.Skip("the guest is reached through QEMU's monitor; this daemon runs " + suite.VMM)
-	}
-	img := pulled(t, testimages.Busybox)
-	name := containerName(t, "")
+	requireQEMUDaemon(t)
 	// A bind mount, so that the second boot needs its virtiofsd started
 	// again: the first one exits with the VMM that locked up.
-	shared := t.TempDir()
-	if err := os.WriteFile(filepath.Join(shared, "greeting"), []byte("booted again\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	id := strings.TrimSpace(mustDocker(t, "create", "--name", name, "--label", containers.BootLabel+"=cold",
-		"-v", shared+":/mnt:ro", img, "cat", "/mnt/greeting"))
-	short := id[:12]
-	done := make(chan result, 1)
-	go func() { done <- docker(t, "start", "-a", name) }()
-
-	eventually(t, "the container's QEMU started", func() string {
-		if ps, err := harness.ProcessesMentioning("process=husk-" + short); err != nil || len(ps) == 0 {
-			return "no QEMU for " + short
-		}
-		return ""
-	})
+	b := startColdWithShare(t, "booted again\n")
+	name, id, short := b.name, b.id, b.id[:12]
 	halted := haltedOnceWatched(t, id)
 	writeGuest(t, id, halted, []byte{0xeb, 0xfe}) // jmp .
 
-	r := <-done
+	r := <-b.done
 	if r.Code != 0 || r.Stdout != "booted again\n" {
 		t.Errorf("docker start -a after a lockup: exit %d, stdout %q, stderr %q; want the container's output", r.Code, r.Stdout, r.Stderr)
 	}
@@ -96,56 +77,12 @@ func TestBootAgainAfterLockup(t *testing.T) {
 // does not see. The guest's RAM is a memfd (the bind mount's virtio-fs
 // needs it shared), which QEMU maps once, at gpa2hva's address.
 func TestBootGoesOnAfterStaleTranslation(t *testing.T) {
-	requireHusk(t)
-	if suite.VMM != "qemu" {
-		t.Skip("the guest is reached through QEMU's monitor; this daemon runs " + suite.VMM)
-	}
-	img := pulled(t, testimages.Busybox)
-	name := containerName(t, "")
-	shared := t.TempDir()
-	if err := os.WriteFile(filepath.Join(shared, "greeting"), []byte("booted on\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	id := strings.TrimSpace(mustDocker(t, "create", "--name", name, "--label", containers.BootLabel+"=cold",
-		"-v", shared+":/mnt:ro", img, "cat", "/mnt/greeting"))
-	short := id[:12]
-	done := make(chan result, 1)
-	go func() { done <- docker(t, "start", "-a", name) }()
-	var pid int
-	eventually(t, "the container's QEMU started", func() string {
-		ps, err := harness.ProcessesMentioning("process=husk-" + short)
-		if err != nil || len(ps) == 0 {
-			return "no QEMU for " + short
-		}
-		pid = ps[0].PID
-		return ""
-	})
-	halted := haltedOnceWatched(t, id)
-	hva := guestHostAddress(t, id, halted)
-	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
-	old := make([]byte, 2)
-	if _, err := mem.ReadAt(old, hva); err != nil {
-		t.Fatal(err)
-	}
-	writeGuest(t, id, halted, []byte{0xeb, 0xfe}) // jmp .
-	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
-		cpus, regs, err := vmCPUs(id)
-		if slices.ContainsFunc(cpus, func(c vmm.StalledCPU) bool { return !c.Halted && c.PC == halted }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no vCPU spins at %#x: %v\n%s", halted, err, regs)
-		}
-	}
-	if _, err := mem.WriteAt(old, hva); err != nil {
-		t.Fatal(err)
-	}
+	requireQEMUDaemon(t)
+	b := startColdWithShare(t, "booted on\n")
+	name, id, short := b.name, b.id, b.id[:12]
+	staleJump(t, id, b.pid, haltedOnceWatched(t, id))
 
-	r := <-done
+	r := <-b.done
 	if r.Code != 0 || r.Stdout != "booted on\n" {
 		t.Errorf("docker start -a after a stale translation: exit %d, stdout %q, stderr %q; want the container's output", r.Code, r.Stdout, r.Stderr)
 	}
@@ -177,53 +114,14 @@ func TestBootGoesOnAfterStaleTranslation(t *testing.T) {
 // there was never reported.) The template's RAM file is mapped
 // privately, so the write through /proc stays in this VM.
 func TestRunningGuestRetranslated(t *testing.T) {
-	requireHusk(t)
-	if suite.VMM != "qemu" {
-		t.Skip("the guest is reached through QEMU's monitor; this daemon runs " + suite.VMM)
-	}
+	requireQEMUDaemon(t)
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
 	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, img,
 		"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; done"))
 	short := id[:12]
-	var pc uint64
-	for deadline := time.Now().Add(commandTimeout); pc == 0; time.Sleep(20 * time.Millisecond) {
-		var regs string
-		err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
-		for _, m := range kernelRunning.FindAllStringSubmatch(regs, -1) {
-			rip, _ := strconv.ParseUint(m[1], 16, 64)
-			rfl, _ := strconv.ParseUint(m[2], 16, 64)
-			if rip >= kernelHalf && rfl&interruptsOn != 0 {
-				pc = rip
-			}
-		}
-		if pc == 0 && time.Now().After(deadline) {
-			t.Fatalf("no vCPU in the kernel with interrupts on: %v\n%s", err, regs)
-		}
-	}
-	hva := guestHostAddress(t, id, pc)
-	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", vmmPID(t, name)), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
-	old := make([]byte, 2)
-	if _, err := mem.ReadAt(old, hva); err != nil {
-		t.Fatal(err)
-	}
-	writeGuest(t, id, pc, []byte{0xeb, 0xfe}) // jmp .
-	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
-		cpus, regs, err := vmCPUs(id)
-		if slices.ContainsFunc(cpus, func(c vmm.StalledCPU) bool { return !c.Halted && c.PC == pc }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no vCPU spins at %#x: %v\n%s", pc, err, regs)
-		}
-	}
-	if _, err := mem.WriteAt(old, hva); err != nil {
-		t.Fatal(err)
-	}
+	pc := hotKernelInstruction(t, id)
+	staleJump(t, id, vmmPID(t, name), pc)
 
 	eventually(t, "the daemon had the code translated afresh", func() string {
 		if !daemonLogHas(t, "guest kernel reports a soft lockup; its code was translated afresh", "id="+short, "soft lockup - CPU#") {
@@ -248,12 +146,90 @@ func TestRunningGuestRetranslated(t *testing.T) {
 	mustDocker(t, "rm", "-f", name)
 }
 
+// hotKernelInstruction finds an address in container id's guest kernel
+// that its vCPUs keep running with interrupts on: one seen twice in the
+// monitor's samples of running vCPUs, whose instruction is at least two
+// bytes long by its first byte (a REX prefix, a two-byte opcode, a call
+// or jump, endbr64), so that the test's two-byte jump stays within it.
+func hotKernelInstruction(t *testing.T, id string) uint64 {
+	t.Helper()
+	seen := map[uint64]int{}
+	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
+		var regs string
+		err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
+		for _, m := range kernelRunning.FindAllStringSubmatch(regs, -1) {
+			rip, _ := strconv.ParseUint(m[1], 16, 64)
+			rfl, _ := strconv.ParseUint(m[2], 16, 64)
+			if rip < kernelHalf || rfl&interruptsOn == 0 {
+				continue
+			}
+			if seen[rip]++; seen[rip] == 2 && longInstruction(t, id, rip) {
+				return rip
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no kernel address run twice with interrupts on: %v\n%s", err, regs)
+		}
+	}
+}
+
+// longInstruction says whether the instruction at the guest kernel's
+// address pc is surely longer than one byte, by its first byte.
+func longInstruction(t *testing.T, id string, pc uint64) bool {
+	t.Helper()
+	var out string
+	if err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": fmt.Sprintf("x /1xb %#x", pc)}, &out); err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndex(out, "0x")
+	if i < 0 {
+		t.Fatalf("x at %#x: %q", pc, out)
+	}
+	b, err := strconv.ParseUint(strings.TrimSpace(out[i:]), 0, 8)
+	if err != nil {
+		t.Fatalf("x at %#x: %q: %v", pc, out, err)
+	}
+	return b >= 0x40 && b <= 0x4f || b == 0x0f || b == 0xe8 || b == 0xe9 || b == 0xf3
+}
+
 // kernelRunning matches a running vCPU's instruction pointer and flags
 // in HMP's "info registers".
 var kernelRunning = regexp.MustCompile(`RIP=([0-9a-f]+) RFL=([0-9a-f]+)[^\n]*CPL=0[^\n]*HLT=0`)
 
 // interruptsOn is RFLAGS.IF.
 const interruptsOn = 0x200
+
+// staleJump leaves container id's guest running a jump to itself at
+// its kernel address pc that memory no longer holds: it writes the jump
+// through a gdbstub, which has QEMU drop its translation there, waits for
+// a vCPU to spin in it, and writes the old bytes back through the
+// /proc/PID/mem of the VM's QEMU, pid, which QEMU does not see.
+func staleJump(t *testing.T, id string, pid int, pc uint64) {
+	t.Helper()
+	hva := guestHostAddress(t, id, pc)
+	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	old := make([]byte, 2)
+	if _, err := mem.ReadAt(old, hva); err != nil {
+		t.Fatal(err)
+	}
+	writeGuest(t, id, pc, []byte{0xeb, 0xfe}) // jmp .
+	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
+		cpus, regs, err := vmCPUs(id)
+		if slices.ContainsFunc(cpus, func(c vmm.StalledCPU) bool { return !c.Halted && c.PC == pc }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no vCPU spins at %#x: %v\n%s", pc, err, regs)
+		}
+	}
+	if _, err := mem.WriteAt(old, hva); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // guestHostAddress is where container id's QEMU maps the guest memory at
 // the kernel's virtual address addr.
@@ -277,6 +253,49 @@ func guestHostAddress(t *testing.T, id string, addr uint64) int64 {
 		t.Fatalf("gpa2hva %s: %q: %v", gpa, out, err)
 	}
 	return hva
+}
+
+// requireQEMUDaemon skips a test unless the daemon under test is
+// huskd with QEMU, whose monitor the test reaches the guest through.
+func requireQEMUDaemon(t *testing.T) {
+	t.Helper()
+	requireHusk(t)
+	if suite.VMM != "qemu" {
+		t.Skip("the guest is reached through QEMU's monitor; this daemon runs " + suite.VMM)
+	}
+}
+
+// coldStart is a cold-booting container started by startColdWithShare.
+type coldStart struct {
+	name, id string
+	pid      int         // its QEMU's
+	done     chan result // its docker start -a's end
+}
+
+// startColdWithShare creates a container that boots cold and prints
+// greeting from a file in a bind mount, starts it attached in the
+// background, and waits for its QEMU. The bind mount gives the VM a
+// virtiofsd, and guest RAM in a shared memfd.
+func startColdWithShare(t *testing.T, greeting string) coldStart {
+	t.Helper()
+	img := pulled(t, testimages.Busybox)
+	b := coldStart{name: containerName(t, ""), done: make(chan result, 1)}
+	shared := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shared, "greeting"), []byte(greeting), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.id = strings.TrimSpace(mustDocker(t, "create", "--name", b.name, "--label", containers.BootLabel+"=cold",
+		"-v", shared+":/mnt:ro", img, "cat", "/mnt/greeting"))
+	go func() { b.done <- docker(t, "start", "-a", b.name) }()
+	eventually(t, "the container's QEMU started", func() string {
+		ps, err := harness.ProcessesMentioning("process=husk-" + b.id[:12])
+		if err != nil || len(ps) == 0 {
+			return "no QEMU for " + b.id[:12]
+		}
+		b.pid = ps[0].PID
+		return ""
+	})
+	return b
 }
 
 // kernelHalf is where an x86-64 Linux kernel's own addresses start.
