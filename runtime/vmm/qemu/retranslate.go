@@ -85,7 +85,9 @@ func (m *Machine) Retranslate(ctx context.Context) (_ int, err error) {
 	defer conn.Close()
 	defer func() {
 		// Detached or not, the stub goes, and a VM it left stopped runs
-		// again.
+		// again, even past ctx's end.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stallStep)
+		defer cancel()
 		if e := q.Execute(ctx, "human-monitor-command", map[string]string{"command-line": "gdbserver none"}, nil); e != nil && err == nil {
 			err = fmt.Errorf("stop the gdbstub: %w", e)
 		}
@@ -133,6 +135,16 @@ func attachGDB(ctx context.Context, q *QMP) (_ net.Conn, err error) {
 	ours, theirs := os.NewFile(uintptr(fds[0]), "gdb"), os.NewFile(uintptr(fds[1]), "gdb-qemu")
 	defer ours.Close()
 	defer theirs.Close()
+	// Made before the stub is attached, which stops the VM.
+	conn, err := net.FileConn(ours)
+	if err != nil {
+		return nil, fmt.Errorf("gdbstub socket: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
 	if err := q.ExecuteWithFile(ctx, "getfd", map[string]string{"fdname": gdbFD}, nil, theirs); err != nil {
 		return nil, fmt.Errorf("hand QEMU the gdbstub's socket: %w", err)
 	}
@@ -152,10 +164,6 @@ func attachGDB(ctx context.Context, q *QMP) (_ net.Conn, err error) {
 	if err != nil {
 		_ = q.Execute(ctx, "chardev-remove", map[string]string{"id": gdbChardev}, nil)
 		return nil, fmt.Errorf("start the gdbstub: %w", err)
-	}
-	conn, err := net.FileConn(ours)
-	if err != nil {
-		return nil, fmt.Errorf("gdbstub socket: %w", err)
 	}
 	return conn, nil
 }
