@@ -394,14 +394,14 @@ func (g *GuestRootfs) Mount(ctx context.Context, spec proto.SetupSpec) (string, 
 	}
 	// noload: a read-only base shared by many VMs must not replay its
 	// journal.
-	if err := unix.Mount(base, baseDir, "ext4", unix.MS_RDONLY, "noload"); err != nil {
+	if err := whileAppearing(ctx, func() error { return unix.Mount(base, baseDir, "ext4", unix.MS_RDONLY, "noload") }); err != nil {
 		return "", fmt.Errorf("mount base %s: %w", base, err)
 	}
 	// After the mount: a removable disk's first open after a new medium
 	// re-reads it, which resets the read-ahead. Without it the container
 	// only starts programs more slowly.
 	_ = setReadAhead("/sys/block", base, baseReadAheadKB)
-	if err := unix.Mount(upper, upperDir, "ext4", 0, ""); err != nil {
+	if err := whileAppearing(ctx, func() error { return unix.Mount(upper, upperDir, "ext4", 0, "") }); err != nil {
 		unix.Unmount(baseDir, 0)
 		return "", fmt.Errorf("mount upper %s: %w", upper, err)
 	}
