@@ -89,9 +89,26 @@ func (g Guest) bootOnce(ctx context.Context, log *slog.Logger, spec vmSpec) (_ v
 			killVM(machine)
 		}
 	}()
-	readyCtx, cancel := context.WithTimeout(ctx, g.ReadyTimeout)
+	deadline := time.Now().Add(g.ReadyTimeout)
+	client, err := g.awaitAgent(ctx, log, spec, machine, deadline, 0)
+	if lockup := (*kernel.LockupError)(nil); errors.As(err, &lockup) {
+		client, err = g.retranslated(ctx, log, spec, machine, lockup, deadline)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, consoleLog))
+	}
+	releaseBootImages(log, spec.id, machine)
+	return machine, client, nil
+}
+
+// awaitAgent opens a session with a booting guest's agent, waiting until
+// deadline, or until its console reports a soft lockup past offset from,
+// which it then returns as a *kernel.LockupError. A wait that fails for
+// either reason is reported (vmm.ReportStall) first.
+func (g Guest) awaitAgent(ctx context.Context, log *slog.Logger, spec vmSpec, machine vmm.Machine, deadline time.Time, from int64) (*host.Client, error) {
+	readyCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	readyCtx, stopWatch := kernel.WatchBoot(readyCtx, filepath.Join(spec.dir, consoleLog))
+	readyCtx, stopWatch := kernel.WatchBootFrom(readyCtx, filepath.Join(spec.dir, consoleLog), from)
 	defer stopWatch()
 	// The guest's clock comes from its RTC, read to the whole second, so
 	// the first request sets it to the host's, as a container's clock is
@@ -100,15 +117,11 @@ func (g Guest) bootOnce(ctx context.Context, log *slog.Logger, spec vmSpec) (_ v
 	if err != nil {
 		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol, spec.backends...)
 		if lockup := kernel.LockedUp(readyCtx); lockup != nil {
-			deadline, _ := readyCtx.Deadline()
-			client, err = g.retranslated(ctx, log, spec, machine, lockup, deadline)
+			return nil, lockup
 		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, consoleLog))
-		}
+		return nil, err
 	}
-	releaseBootImages(log, spec.id, machine)
-	return machine, client, nil
+	return client, nil
 }
 
 // retranslator is a VM whose VMM can translate afresh the guest code its
@@ -141,16 +154,8 @@ func (g Guest) retranslated(ctx context.Context, log *slog.Logger, spec vmSpec, 
 		return nil, lockup
 	}
 	log.Warn("guest kernel locked up while booting; its code was translated afresh", "id", spec.id, "console", lockup.Line, "addresses", n)
-	readyCtx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	readyCtx, stopWatch := kernel.WatchBootFrom(readyCtx, console, consoleLength(console))
-	defer stopWatch()
-	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
+	client, err := g.awaitAgent(ctx, log, spec, machine, deadline, consoleLength(console))
 	if err != nil {
-		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol, spec.backends...)
-		if again := kernel.LockedUp(readyCtx); again != nil {
-			return nil, again
-		}
 		return nil, err
 	}
 	log.Info("guest booted on once its code was translated afresh", "id", spec.id)
