@@ -74,6 +74,17 @@ func WatchLockup(ctx context.Context, path string, from int64, every time.Durati
 	}
 }
 
+// ConsoleLength is how far the guest has written its console log at
+// path, 0 if it has not begun: the offset from which a watch sees only
+// what the guest writes next.
+func ConsoleLength(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
 // readFrom reads path from off to its end, and says how long it is.
 func readFrom(path string, off int64) ([]byte, int64, error) {
 	f, err := os.Open(path)

@@ -2,7 +2,6 @@ package containers
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -39,7 +38,7 @@ func (c *ctr) watchLockups(ctx context.Context, r *run) <-chan struct{} {
 	}
 	console := filepath.Join(c.vmDir(), consoleLog)
 	// What the console held before this run is not this run's.
-	from := consoleLength(console)
+	from := kernel.ConsoleLength(console)
 	go func() {
 		defer close(done)
 		for {
@@ -57,7 +56,7 @@ func (c *ctr) watchLockups(ctx context.Context, r *run) <-chan struct{} {
 			}
 			if c.run != r || !c.rec.State.Running || c.rec.State.Paused {
 				c.mu.Unlock()
-				from = consoleLength(console)
+				from = kernel.ConsoleLength(console)
 				continue
 			}
 			n, err := rt.Retranslate(ctx)
@@ -68,7 +67,7 @@ func (c *ctr) watchLockups(ctx context.Context, r *run) <-chan struct{} {
 				log.Warn("guest kernel reports a soft lockup; its code was translated afresh", "id", id, "console", line, "addresses", n)
 			}
 			// A guest that spins on says so again ~20 s later.
-			from = consoleLength(console)
+			from = kernel.ConsoleLength(console)
 		}
 	}()
 	return done
@@ -84,14 +83,4 @@ func (c *ctr) lockWhile(ctx context.Context) bool {
 		}
 	}
 	return true
-}
-
-// consoleLength is how much the console at path holds, 0 if it is not
-// there.
-func consoleLength(path string) int64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	return st.Size()
 }

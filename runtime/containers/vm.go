@@ -39,7 +39,7 @@ type vmSpec struct {
 // guest is up, its VMM gives back the boot images it holds, if it can.
 //
 // A boot whose kernel reports a soft lockup on its console has the code
-// its vCPUs run translated afresh where the VMM can (retranslated); one
+// its vCPUs run translated afresh where the VMM can (vmm.AwaitBoot); one
 // that still spins, or whose VMM cannot, is given up at once and booted
 // again, once. Under TCG one cold boot in ~1,400 hung this way on a
 // stress rig, in the code patching of its early boot (bench/README.md,
@@ -89,11 +89,15 @@ func (g Guest) bootOnce(ctx context.Context, log *slog.Logger, spec vmSpec) (_ v
 			killVM(machine)
 		}
 	}()
-	deadline := time.Now().Add(g.ReadyTimeout)
-	client, err := g.awaitAgent(ctx, log, spec, machine, deadline, 0)
-	if lockup := (*kernel.LockupError)(nil); errors.As(err, &lockup) {
-		client, err = g.retranslated(ctx, log, spec, machine, lockup, deadline)
-	}
+	// The guest's clock comes from its RTC, read to the whole second, so
+	// the first request sets it to the host's, as a container's clock is
+	// the host's under dockerd.
+	client, err := vmm.AwaitBoot(ctx, log, vmm.Boot{
+		ID: spec.id, Machine: machine, Console: filepath.Join(spec.dir, consoleLog), Deadline: time.Now().Add(g.ReadyTimeout),
+		Retranslate: g.Accel != "kvm", Symbol: g.KernelSymbol, Backends: spec.backends,
+	}, func(ctx context.Context) (*host.Client, error) {
+		return host.ConnectWith(ctx, machine, agentRetry, freshen)
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, consoleLog))
 	}
@@ -101,65 +105,10 @@ func (g Guest) bootOnce(ctx context.Context, log *slog.Logger, spec vmSpec) (_ v
 	return machine, client, nil
 }
 
-// awaitAgent opens a session with a booting guest's agent, waiting until
-// deadline, or until its console reports a soft lockup past offset from,
-// which it then returns as a *kernel.LockupError. A wait that fails for
-// either reason is reported (vmm.ReportStall) first.
-func (g Guest) awaitAgent(ctx context.Context, log *slog.Logger, spec vmSpec, machine vmm.Machine, deadline time.Time, from int64) (*host.Client, error) {
-	readyCtx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	readyCtx, stopWatch := kernel.WatchBootFrom(readyCtx, filepath.Join(spec.dir, consoleLog), from)
-	defer stopWatch()
-	// The guest's clock comes from its RTC, read to the whole second, so
-	// the first request sets it to the host's, as a container's clock is
-	// the host's under dockerd.
-	client, err := host.ConnectWith(readyCtx, machine, agentRetry, freshen)
-	if err != nil {
-		vmm.ReportStall(ctx, readyCtx, log, spec.id, machine, g.KernelSymbol, spec.backends...)
-		if lockup := kernel.LockedUp(readyCtx); lockup != nil {
-			return nil, lockup
-		}
-		return nil, err
-	}
-	return client, nil
-}
-
 // retranslator is a VM whose VMM can translate afresh the guest code its
 // vCPUs run (qemu.Machine under TCG).
 type retranslator interface {
 	Retranslate(ctx context.Context) (int, error)
-}
-
-// retranslated helps a booting guest whose kernel reported a soft lockup
-// out of it, where the VMM can: it has the VMM translate the code the
-// vCPUs run afresh, and waits for the agent again until deadline or the
-// next lockup the console reports. It returns the lockup when it could
-// not, or the guest spun on.
-//
-// A stress rig's boot that hung spun where its kernel had patched its
-// code, and QEMU 7.2 can keep running a translation of code that was
-// changed while it was being translated (qemu.Machine.Retranslate): such
-// a guest goes on with its boot once the translation is dropped, where a
-// boot again costs the boot's time once more. A guest that spins for
-// another reason spins on, and its watchdog says so again ~20 s later.
-func (g Guest) retranslated(ctx context.Context, log *slog.Logger, spec vmSpec, machine vmm.Machine, lockup *kernel.LockupError, deadline time.Time) (*host.Client, error) {
-	r, ok := machine.(retranslator)
-	if !ok || g.Accel == "kvm" || ctx.Err() != nil {
-		return nil, lockup
-	}
-	console := filepath.Join(spec.dir, consoleLog)
-	n, err := r.Retranslate(ctx)
-	if err != nil {
-		log.Warn("guest kernel locked up while booting; its code could not be translated afresh", "id", spec.id, "console", lockup.Line, "err", err)
-		return nil, lockup
-	}
-	log.Warn("guest kernel locked up while booting; its code was translated afresh", "id", spec.id, "console", lockup.Line, "addresses", n)
-	client, err := g.awaitAgent(ctx, log, spec, machine, deadline, consoleLength(console))
-	if err != nil {
-		return nil, err
-	}
-	log.Info("guest booted on once its code was translated afresh", "id", spec.id)
-	return client, nil
 }
 
 // bootImagesReleaser is a VM whose VMM can give back the memory of the

@@ -501,19 +501,15 @@ func (m *Manager) build(ctx context.Context, k Key) (_ meta, err error) {
 		return meta{}, fmt.Errorf("boot template: %w", err)
 	}
 	defer discard(machine)
-	readyCtx, cancel := context.WithTimeout(ctx, m.opts.ReadyTimeout)
-	defer cancel()
-	// A boot that locks up fails the build then, not at its timeout; the
-	// container that asked boots cold meanwhile.
+	// A boot that locks up has its code translated afresh where the VMM
+	// can; one that spins on fails the build then, not at its timeout,
+	// and the container that asked boots cold meanwhile.
 	console := filepath.Join(runDir, "console.log")
-	readyCtx, stopWatch := kernel.WatchBoot(readyCtx, console)
-	defer stopWatch()
-	client, err := connect(readyCtx, machine)
+	client, err := vmm.AwaitBoot(ctx, m.log, vmm.Boot{
+		ID: vc.ID, Machine: machine, Console: console, Deadline: time.Now().Add(m.opts.ReadyTimeout),
+		Retranslate: k.Accel != "kvm", Symbol: m.opts.KernelSymbol,
+	}, func(ctx context.Context) (*host.Client, error) { return connect(ctx, machine) })
 	if err != nil {
-		vmm.ReportStall(ctx, readyCtx, m.log, vc.ID, machine, m.opts.KernelSymbol)
-		if lockup := kernel.LockedUp(readyCtx); lockup != nil {
-			err = lockup
-		}
 		return meta{}, fmt.Errorf("boot template: %w (console log: %s)", err, console)
 	}
 	if err := m.warm(ctx, machine, client, tmp, suffix); err != nil {

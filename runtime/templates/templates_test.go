@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +44,9 @@ type fakeDriver struct {
 	// lockedBoots gives booted machines an agent that never answers and
 	// a console on which the guest's kernel reports a soft lockup.
 	lockedBoots bool
+	// retranslate gives locked boots' machines a Retranslate that frees
+	// their agent, as QEMU's frees a guest caught in a stale translation.
+	retranslate bool
 
 	mu       sync.Mutex
 	starts   []vmm.Config
@@ -54,6 +58,8 @@ type fakeDriver struct {
 	unplugged int
 	refresh   *fakeRefresher
 	killed    int
+	// retranslations counts Retranslate calls.
+	retranslations int
 }
 
 func (d *fakeDriver) Name() string                            { return "fake" }
@@ -74,7 +80,10 @@ func (d *fakeDriver) Start(_ context.Context, cfg vmm.Config) (vmm.Machine, erro
 			return nil, err
 		}
 		m := d.machine()
-		m.hung = true
+		m.hung.Store(true)
+		if d.retranslate {
+			return retranslatingMachine{m}, nil
+		}
 		return m, nil
 	}
 	if d.plug {
@@ -98,7 +107,7 @@ func (d *fakeDriver) Restore(_ context.Context, cfg vmm.Config, dir string) (vmm
 	d.restores = append(d.restores, cfg)
 	d.from = append(d.from, dir)
 	m := d.machine()
-	m.hung = d.hungRestores
+	m.hung.Store(d.hungRestores)
 	if d.hotplug {
 		return &hotplugMachine{m}, nil
 	}
@@ -120,13 +129,13 @@ type fakeMachine struct {
 	dialed     chan struct{}
 	dialedOnce sync.Once
 	// hung: the agent is never served, as in a guest that hangs.
-	hung bool
+	hung atomic.Bool
 }
 
 func (m *fakeMachine) PID() int { return 1 }
 func (m *fakeMachine) DialAgent(ctx context.Context) (net.Conn, error) {
 	m.dialedOnce.Do(func() { close(m.dialed) })
-	if m.hung {
+	if m.hung.Load() {
 		hostEnd, _ := net.Pipe()
 		return hostEnd, nil
 	}
@@ -152,6 +161,18 @@ func (m *fakeMachine) Snapshot(_ context.Context, dir string) error {
 	return os.WriteFile(filepath.Join(dir, "state"), []byte("memory"), 0o600)
 }
 func (m *fakeMachine) Shutdown(context.Context) error { return m.Kill() }
+
+// retranslatingMachine is a fakeMachine whose VMM can translate its
+// guest's code afresh, which frees its agent.
+type retranslatingMachine struct{ *fakeMachine }
+
+func (m retranslatingMachine) Retranslate(context.Context) (int, error) {
+	m.d.mu.Lock()
+	m.d.retranslations++
+	m.d.mu.Unlock()
+	m.hung.Store(false)
+	return 1, nil
+}
 
 type hotplugMachine struct{ *fakeMachine }
 
@@ -590,6 +611,67 @@ func TestBuildThatLocksUp(t *testing.T) {
 	defer d.mu.Unlock()
 	if d.killed != 1 {
 		t.Errorf("VMs killed: %d, want the one that locked up", d.killed)
+	}
+}
+
+// TestBuildRetranslatedAfterLockup: a template boot whose kernel reports
+// a soft lockup has its code translated afresh, boots on, and becomes the
+// template the next start restores; under KVM it is not retranslated.
+func TestBuildRetranslatedAfterLockup(t *testing.T) {
+	for _, tc := range []struct {
+		accel         string
+		wantTemplate  bool
+		wantRetrans   int
+		wantLogged    []string
+		wantNotLogged []string
+	}{
+		{accel: "tcg", wantTemplate: true, wantRetrans: 1,
+			wantLogged:    []string{"its code was translated afresh", "guest booted on once its code was translated afresh"},
+			wantNotLogged: []string{"template build failed"}},
+		{accel: "kvm", wantRetrans: 0,
+			wantLogged:    []string{"template build failed", "the guest kernel reported a soft lockup: " + lockupLine},
+			wantNotLogged: []string{"translated afresh"}},
+	} {
+		t.Run(tc.accel, func(t *testing.T) {
+			d := &fakeDriver{t: t, version: "1", lockedBoots: true, retranslate: true, hotplug: true, refresh: &fakeRefresher{}}
+			var logged lockedBuffer
+			m := newManagerWith(t, Options{Dir: t.TempDir(), Driver: d, Taps: &fakeTaps{},
+				Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+			m.opts.Accel = tc.accel
+			ctx := context.Background()
+			cfg := vmCfg(m, 0)
+			cfg.Accel = tc.accel
+			if _, err := m.Start(ctx, cfg); !errdefs.IsNotFound(err) {
+				t.Fatalf("first start: %v, want not found (no template yet)", err)
+			}
+			if err := m.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := logged.String()
+			for _, s := range tc.wantLogged {
+				if !strings.Contains(got, s) {
+					t.Errorf("log lacks %q:\n%s", s, got)
+				}
+			}
+			for _, s := range tc.wantNotLogged {
+				if strings.Contains(got, s) {
+					t.Errorf("log has %q:\n%s", s, got)
+				}
+			}
+			vm, err := m.Start(ctx, cfg)
+			if tc.wantTemplate && err != nil || !tc.wantTemplate && !errdefs.IsNotFound(err) {
+				t.Fatalf("second start: %v, want a template: %v", err, tc.wantTemplate)
+			}
+			if vm != nil {
+				_ = vm.Client.Close()
+				discard(vm.Machine)
+			}
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if d.retranslations != tc.wantRetrans {
+				t.Errorf("%d retranslations, want %d", d.retranslations, tc.wantRetrans)
+			}
+		})
 	}
 }
 
