@@ -62,12 +62,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 	if err != nil {
 		return nil, err
 	}
-	m.mu.Lock()
-	all := make([]*ctr, 0, len(m.byID))
-	for _, c := range m.byID {
-		all = append(all, c)
-	}
-	m.mu.Unlock()
+	all := m.all()
 	var out []container.Summary
 	// created is each listed container's creation time to the
 	// nanosecond: the summary's Created is whole seconds, and two

@@ -48,6 +48,8 @@ type ctr struct {
 	dir string
 	log *logs.File
 	hub *hub
+	// imageID is rec.ImageID, which never changes: read without mu.
+	imageID string
 
 	mu      sync.Mutex
 	rec     Record
@@ -805,13 +807,7 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 // opens a new agent session; a container whose VM is gone is marked exited.
 // It starts nothing: RestartOnBoot does that once the networks are up.
 func (m *Manager) Restore(ctx context.Context) {
-	m.mu.Lock()
-	var all []*ctr
-	for _, c := range m.byID {
-		all = append(all, c)
-	}
-	m.mu.Unlock()
-	for _, c := range all {
+	for _, c := range m.all() {
 		c.mu.Lock()
 		if c.rec.State.Running {
 			if err := c.reattach(ctx); err != nil {

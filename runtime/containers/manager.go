@@ -105,6 +105,11 @@ type Manager struct {
 	// templates may be nil.
 	templates Templates
 
+	// mu guards byID and byName. A container's own mu is taken before
+	// it, never after: a container's exit, removal or rename holds its
+	// own lock and then takes this one, and the image store's lock may be
+	// held while InUse runs, which a container's start, holding its own
+	// lock, also takes.
 	mu     sync.Mutex
 	byID   map[string]*ctr
 	byName map[string]*ctr // name without the leading "/"
@@ -208,23 +213,37 @@ func (m *Manager) newCtr(dir string, rec Record) (*ctr, error) {
 	if o, err := logOptions(rec.HostConfig.LogConfig); err == nil {
 		lf.SetOptions(o)
 	}
-	return &ctr{m: m, dir: dir, rec: rec, log: lf, hub: newHub()}, nil
+	return &ctr{m: m, dir: dir, imageID: rec.ImageID, rec: rec, log: lf, hub: newHub()}, nil
 }
 
-// InUse lists the containers that use imageID (for image removal).
+// InUse lists the containers that use imageID (for image removal and
+// listing). The image store calls it holding its own lock, so it takes no
+// container's lock (Manager.mu).
 func (m *Manager) InUse(imageID string) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var ids []string
 	for id, c := range m.byID {
-		c.mu.Lock()
-		if c.rec.ImageID == imageID {
+		if c != nil && c.imageID == imageID {
 			ids = append(ids, id)
 		}
-		c.mu.Unlock()
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// all is every container, as a list taken under m.mu that the caller
+// may go through taking each one's lock.
+func (m *Manager) all() []*ctr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := make([]*ctr, 0, len(m.byID))
+	for _, c := range m.byID {
+		if c != nil {
+			all = append(all, c)
+		}
+	}
+	return all
 }
 
 // lookup resolves a full ID, a name (with or without "/") or an ID prefix,
@@ -573,9 +592,7 @@ func syncDir(dir string) error {
 
 // Counts is the number of running, paused and stopped containers.
 func (m *Manager) Counts() (running, paused, stopped int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, c := range m.byID {
+	for _, c := range m.all() {
 		c.mu.Lock()
 		switch {
 		case c.rec.State.Paused:

@@ -325,14 +325,7 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (container.Prune
 			return container.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage("Invalid filter '" + k + "'")
 		}
 	}
-	m.mu.Lock()
-	var all []*ctr
-	for _, c := range m.byID {
-		if c != nil {
-			all = append(all, c)
-		}
-	}
-	m.mu.Unlock()
+	all := m.all()
 	var report container.PruneReport
 	for _, c := range all {
 		c.mu.Lock()

@@ -114,14 +114,7 @@ func (m *Manager) isShuttingDown() bool {
 // bridge, which a clean shutdown deleted and only the networks' Start
 // makes again.
 func (m *Manager) RestartOnBoot(ctx context.Context) {
-	m.mu.Lock()
-	var all []*ctr
-	for _, c := range m.byID {
-		if c != nil {
-			all = append(all, c)
-		}
-	}
-	m.mu.Unlock()
+	all := m.all()
 	var wg sync.WaitGroup
 	for _, c := range all {
 		c.mu.Lock()
