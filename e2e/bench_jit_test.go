@@ -38,16 +38,21 @@ func releaseTranslations(ctx context.Context, daemonRoot, id string) error {
 // vmQMP sends one command to the QEMU of container id over the VM's QMP
 // socket in huskd's state directory.
 func vmQMP(ctx context.Context, daemonRoot, id, command string, args, result any) error {
+	return dirQMP(ctx, filepath.Join(daemonRoot, "containers", id, "vm"), command, args, result)
+}
+
+// dirQMP runs a QMP command on the QEMU that runs in directory dir.
+func dirQMP(ctx context.Context, dir, command string, args, result any) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// The socket's path is longer than a unix address holds; reach it
 	// through a descriptor of its directory, as huskd does.
-	dir, err := os.Open(filepath.Join(daemonRoot, "containers", id, "vm"))
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	defer dir.Close()
-	q, err := qemu.DialQMP(ctx, fmt.Sprintf("/proc/self/fd/%d/qmp.sock", dir.Fd()))
+	defer d.Close()
+	q, err := qemu.DialQMP(ctx, fmt.Sprintf("/proc/self/fd/%d/qmp.sock", d.Fd()))
 	if err != nil {
 		return err
 	}

@@ -37,8 +37,8 @@ func TestBootAgainAfterLockup(t *testing.T) {
 	// again: the first one exits with the VMM that locked up.
 	b := startColdWithShare(t, "booted again\n")
 	name, id, short := b.name, b.id, b.id[:12]
-	halted := haltedOnceWatched(t, id)
-	writeGuest(t, id, halted, []byte{0xeb, 0xfe}) // jmp .
+	halted := haltedOnceWatched(t, containerVM(id))
+	writeGuest(t, containerVM(id), halted, []byte{0xeb, 0xfe}) // jmp .
 
 	r := <-b.done
 	if r.Code != 0 || r.Stdout != "booted again\n" {
@@ -80,7 +80,7 @@ func TestBootGoesOnAfterStaleTranslation(t *testing.T) {
 	requireQEMUDaemon(t)
 	b := startColdWithShare(t, "booted on\n")
 	name, id, short := b.name, b.id, b.id[:12]
-	staleJump(t, id, b.pid, haltedOnceWatched(t, id))
+	staleJump(t, containerVM(id), b.pid, haltedOnceWatched(t, containerVM(id)))
 
 	r := <-b.done
 	if r.Code != 0 || r.Stdout != "booted on\n" {
@@ -102,6 +102,68 @@ func TestBootGoesOnAfterStaleTranslation(t *testing.T) {
 	mustDocker(t, "rm", name)
 }
 
+// TestTemplateBuildGoesOnAfterStaleTranslation: a template build whose
+// guest spins in a stale translation while it boots has its code
+// translated afresh, as a container's boot does, and goes on to become
+// the template, which the next container of its shape starts from. The
+// test makes the stale translation as TestBootGoesOnAfterStaleTranslation
+// does, in the build's VM, whose RAM is the template's memory file,
+// mapped shared.
+func TestTemplateBuildGoesOnAfterStaleTranslation(t *testing.T) {
+	requireQEMUDaemon(t)
+	img := pulled(t, testimages.Busybox)
+	// A shape no other test uses: its first container boots cold and
+	// has its template built meanwhile.
+	const memory, memoryMiB = "296m", "296"
+	first := containerName(t, "")
+	mustDocker(t, "create", "--name", first, "--memory", memory, img, "sleep", "600")
+	started := make(chan result, 1)
+	go func() { started <- docker(t, "start", first) }()
+
+	var build, vm string
+	var pid int
+	eventually(t, "the template build's QEMU started", func() string {
+		socks, _ := filepath.Glob(filepath.Join(suite.DaemonRoot, "templates", ".build-*", "run", "qmp.sock"))
+		ps, err := harness.ProcessesMentioning("process=husk-template-")
+		if err != nil || len(socks) != 1 || len(ps) != 1 {
+			return fmt.Sprintf("template builds' monitors %q, QEMUs %+v (%v)", socks, ps, err)
+		}
+		build, pid = filepath.Dir(socks[0]), ps[0].PID
+		vm = templateVM.FindString(ps[0].Cmdline)
+		return ""
+	})
+	staleJump(t, build, pid, haltedOnceWatched(t, build))
+
+	if r := <-started; r.Code != 0 {
+		t.Fatalf("docker start %s: %+v", first, r)
+	}
+	eventually(t, "the template built", func() string {
+		if !daemonLogHas(t, "template ready", "memory_mib="+memoryMiB) {
+			return "no line saying the " + memory + " template is ready"
+		}
+		return ""
+	})
+	if !daemonLogHas(t, "guest kernel locked up while booting; its code was translated afresh", "id="+vm+" ", "soft lockup - CPU#") {
+		t.Errorf("no line saying the daemon had %s's code translated afresh", vm)
+	}
+	if !daemonLogHas(t, "guest booted on once its code was translated afresh", "id="+vm) {
+		t.Errorf("no line saying %s booted on", vm)
+	}
+	if daemonLogHas(t, "template build failed", build) {
+		t.Errorf("the template build %s failed", vm)
+	}
+
+	second := containerName(t, "-second")
+	if r := docker(t, "run", "--name", second, "--memory", memory, img, "echo", "from the template"); r.Code != 0 || r.Stdout != "from the template\n" {
+		t.Fatalf("docker run --memory %s: %+v", memory, r)
+	}
+	id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", second))
+	if !daemonLogHas(t, "container VM restored from a template", "id="+id[:12]) {
+		t.Errorf("%s, of the built shape, did not start from its template", second)
+	}
+	mustDocker(t, "rm", "-f", first, second)
+}
+
 // TestRunningGuestRetranslated: a running container's guest, started
 // from its image's template, whose vCPU spins in a stale translation of
 // kernel code a process runs, has its code translated afresh once its
@@ -120,8 +182,8 @@ func TestRunningGuestRetranslated(t *testing.T) {
 	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, img,
 		"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; done"))
 	short := id[:12]
-	pc := hotKernelInstruction(t, id)
-	staleJump(t, id, vmmPID(t, name), pc)
+	pc := hotKernelInstruction(t, containerVM(id))
+	staleJump(t, containerVM(id), vmmPID(t, name), pc)
 
 	eventually(t, "the daemon had the code translated afresh", func() string {
 		if !daemonLogHas(t, "guest kernel reports a soft lockup; its code was translated afresh", "id="+short, "soft lockup - CPU#") {
@@ -146,24 +208,24 @@ func TestRunningGuestRetranslated(t *testing.T) {
 	mustDocker(t, "rm", "-f", name)
 }
 
-// hotKernelInstruction finds an address in container id's guest kernel
+// hotKernelInstruction finds an address in the guest kernel of the VM in dir
 // that its vCPUs keep running with interrupts on: one seen twice in the
 // monitor's samples of running vCPUs, whose instruction is at least two
 // bytes long by its first byte (a REX prefix, a two-byte opcode, a call
 // or jump, endbr64), so that the test's two-byte jump stays within it.
-func hotKernelInstruction(t *testing.T, id string) uint64 {
+func hotKernelInstruction(t *testing.T, dir string) uint64 {
 	t.Helper()
 	seen := map[uint64]int{}
 	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
 		var regs string
-		err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
+		err := dirQMP(context.Background(), dir, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
 		for _, m := range kernelRunning.FindAllStringSubmatch(regs, -1) {
 			rip, _ := strconv.ParseUint(m[1], 16, 64)
 			rfl, _ := strconv.ParseUint(m[2], 16, 64)
 			if rip < kernelHalf || rfl&interruptsOn == 0 {
 				continue
 			}
-			if seen[rip]++; seen[rip] == 2 && longInstruction(t, id, rip) {
+			if seen[rip]++; seen[rip] == 2 && longInstruction(t, dir, rip) {
 				return rip
 			}
 		}
@@ -175,10 +237,10 @@ func hotKernelInstruction(t *testing.T, id string) uint64 {
 
 // longInstruction says whether the instruction at the guest kernel's
 // address pc is surely longer than one byte, by its first byte.
-func longInstruction(t *testing.T, id string, pc uint64) bool {
+func longInstruction(t *testing.T, dir string, pc uint64) bool {
 	t.Helper()
 	var out string
-	if err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": fmt.Sprintf("x /1xb %#x", pc)}, &out); err != nil {
+	if err := dirQMP(context.Background(), dir, "human-monitor-command", map[string]string{"command-line": fmt.Sprintf("x /1xb %#x", pc)}, &out); err != nil {
 		t.Fatal(err)
 	}
 	i := strings.LastIndex(out, "0x")
@@ -199,14 +261,14 @@ var kernelRunning = regexp.MustCompile(`RIP=([0-9a-f]+) RFL=([0-9a-f]+)[^\n]*CPL
 // interruptsOn is RFLAGS.IF.
 const interruptsOn = 0x200
 
-// staleJump leaves container id's guest running a jump to itself at
+// staleJump leaves the guest of the VM in dir running a jump to itself at
 // its kernel address pc that memory no longer holds: it writes the jump
 // through a gdbstub, which has QEMU drop its translation there, waits for
 // a vCPU to spin in it, and writes the old bytes back through the
 // /proc/PID/mem of the VM's QEMU, pid, which QEMU does not see.
-func staleJump(t *testing.T, id string, pid int, pc uint64) {
+func staleJump(t *testing.T, dir string, pid int, pc uint64) {
 	t.Helper()
-	hva := guestHostAddress(t, id, pc)
+	hva := guestHostAddress(t, dir, pc)
 	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -216,9 +278,9 @@ func staleJump(t *testing.T, id string, pid int, pc uint64) {
 	if _, err := mem.ReadAt(old, hva); err != nil {
 		t.Fatal(err)
 	}
-	writeGuest(t, id, pc, []byte{0xeb, 0xfe}) // jmp .
+	writeGuest(t, dir, pc, []byte{0xeb, 0xfe}) // jmp .
 	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
-		cpus, regs, err := vmCPUs(id)
+		cpus, regs, err := vmCPUs(dir)
 		if slices.ContainsFunc(cpus, func(c vmm.StalledCPU) bool { return !c.Halted && c.PC == pc }) {
 			break
 		}
@@ -231,13 +293,13 @@ func staleJump(t *testing.T, id string, pid int, pc uint64) {
 	}
 }
 
-// guestHostAddress is where container id's QEMU maps the guest memory at
+// guestHostAddress is where the QEMU in dir maps the guest memory at
 // the kernel's virtual address addr.
-func guestHostAddress(t *testing.T, id string, addr uint64) int64 {
+func guestHostAddress(t *testing.T, dir string, addr uint64) int64 {
 	t.Helper()
 	hmp := func(cmd string) string {
 		var out string
-		if err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": cmd}, &out); err != nil {
+		if err := dirQMP(context.Background(), dir, "human-monitor-command", map[string]string{"command-line": cmd}, &out); err != nil {
 			t.Fatalf("%s: %v", cmd, err)
 		}
 		return strings.TrimSpace(out)
@@ -298,19 +360,27 @@ func startColdWithShare(t *testing.T, greeting string) coldStart {
 	return b
 }
 
+// templateVM is a template build VM's ID, in its QEMU's process name.
+var templateVM = regexp.MustCompile(`template-[0-9a-f]+`)
+
+// containerVM is the directory container id's QEMU runs in.
+func containerVM(id string) string {
+	return filepath.Join(suite.DaemonRoot, "containers", id, "vm")
+}
+
 // kernelHalf is where an x86-64 Linux kernel's own addresses start.
 const kernelHalf = 0xffffffff80000000
 
-// haltedOnceWatched waits until container id's booting guest has its
+// haltedOnceWatched waits until the booting guest of the VM in dir has its
 // second CPU in the kernel, so that the boot is past smp_init and its
 // watchdog runs, and then for a vCPU halted in the kernel, and returns
 // where that vCPU will resume. The agent answers a second or more after
 // the second CPU comes up, so the monitor is asked often.
-func haltedOnceWatched(t *testing.T, id string) uint64 {
+func haltedOnceWatched(t *testing.T, dir string) uint64 {
 	t.Helper()
 	second := false
 	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
-		cpus, regs, err := vmCPUs(id)
+		cpus, regs, err := vmCPUs(dir)
 		second = second || err == nil && len(cpus) > 1 && cpus[1].PC >= kernelHalf
 		for _, c := range cpus {
 			if second && c.Halted && c.PC >= kernelHalf {
@@ -323,31 +393,31 @@ func haltedOnceWatched(t *testing.T, id string) uint64 {
 	}
 }
 
-// vmCPUs reads container id's vCPUs through its QEMU's monitor.
-func vmCPUs(id string) ([]vmm.StalledCPU, string, error) {
+// vmCPUs reads the vCPUs of the VM in dir through its QEMU's monitor.
+func vmCPUs(dir string) ([]vmm.StalledCPU, string, error) {
 	var regs string
-	err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
+	err := dirQMP(context.Background(), dir, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
 	return qemu.ParseCPUs(regs), regs, err
 }
 
-// writeGuest writes b into the guest memory of container id's VM at
+// writeGuest writes b into the guest memory of the VM in dir at
 // virtual address addr, through a gdbstub its QEMU starts on a socket in
 // a directory of the test's that QEMU, run as nobody, can write. The stub stops the VM
 // while it is connected; detaching runs it again.
-func writeGuest(t *testing.T, id string, addr uint64, b []byte) {
+func writeGuest(t *testing.T, dir string, addr uint64, b []byte) {
 	t.Helper()
 	// t.TempDir's parent is closed to others.
-	dir, err := os.MkdirTemp("", "husk-gdb-")
+	gdbDir, err := os.MkdirTemp("", "husk-gdb-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
+	t.Cleanup(func() { _ = os.RemoveAll(gdbDir) })
+	if err := os.Chmod(gdbDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "gdb.sock")
+	sock := filepath.Join(gdbDir, "gdb.sock")
 	var out string
-	if err := vmQMP(context.Background(), suite.DaemonRoot, id, "human-monitor-command",
+	if err := dirQMP(context.Background(), dir, "human-monitor-command",
 		map[string]string{"command-line": "gdbserver unix:" + sock + ",server=on,wait=off"}, &out); err != nil {
 		t.Fatalf("start a gdbstub: %v", err)
 	}
