@@ -90,7 +90,13 @@ func (m *Manager) fillSizes(ctx context.Context, list []container.Summary) {
 		}
 		rw, rootFs, err := m.size(ctx, c)
 		if err != nil {
-			m.log.Warn("size a container's layer", "container", list[i].ID, "err", err)
+			// One removed while the listing ran took its disk with it.
+			c.mu.Lock()
+			removed := c.removed
+			c.mu.Unlock()
+			if !removed {
+				m.log.Warn("size a container's layer", "container", list[i].ID, "err", err)
+			}
 			continue
 		}
 		list[i].SizeRw, list[i].SizeRootFs = rw, rootFs
