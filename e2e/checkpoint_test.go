@@ -173,6 +173,11 @@ func TestCheckpointRestore(t *testing.T) {
 	if got := state(t, name); got != "exited 137" {
 		t.Errorf("state after checkpoint = %q, want exited 137", got)
 	}
+	// The checkpoint killed the VM; nothing is left to ask to shut down.
+	id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", name))
+	if daemonLogHas(t, "guest shutdown", "id="+id[:12]) {
+		t.Errorf("the daemon asked %s's guest to shut down after its checkpoint had killed the VM", id[:12])
+	}
 	if got := mustDocker(t, "checkpoint", "ls", name); got != "CHECKPOINT NAME\ncp1\n" {
 		t.Errorf("checkpoint ls = %q", got)
 	}

@@ -497,7 +497,9 @@ func (c *ctr) pump(ctx context.Context, r *run, stream string) error {
 
 // teardown closes the main process's stdin and takes the VM down. The
 // VM of a container removed on exit is killed outright: its disks go with
-// it, so the guest has nothing worth unmounting and syncing.
+// it, so the guest has nothing worth unmounting and syncing. Nor is a
+// guest asked to shut down whose VM a checkpoint killed: there is no one
+// to answer.
 func (c *ctr) teardown(r *run) (vmTook, netTook time.Duration) {
 	if r.stdin != nil {
 		_ = r.stdin.Close()
@@ -513,7 +515,7 @@ func (c *ctr) teardown(r *run) (vmTook, netTook time.Duration) {
 		c.detachNetwork(ctx)
 		netTook = time.Since(start)
 	}()
-	if c.autoRemove() {
+	if c.autoRemove() || r.checkpointed.Load() {
 		discardVM(r.machine, r.client)
 	} else {
 		stopVM(c.m.log, c.rec.ID[:12], r.machine, r.client)
