@@ -111,22 +111,17 @@ func (e *LockupError) Error() string {
 	return "the guest kernel reported a soft lockup: " + e.Line
 }
 
-// lockupInterval is how often WatchBoot reads the console. A guest booted
+// lockupInterval is how often WatchBootFrom reads the console. A guest booted
 // quiet writes nothing there but such warnings.
 const lockupInterval = 100 * time.Millisecond
 
-// WatchBoot returns a copy of ctx that is cancelled, with a *LockupError
-// as its cause, once the console log at path reports a soft lockup
-// (WatchLockup): a wait for a booting guest under it then ends ~25 s into
-// a boot that hangs in a loop, not at its own timeout. stop ends the watch
-// and waits for it to end.
-func WatchBoot(ctx context.Context, path string) (_ context.Context, stop func()) {
-	return WatchBootFrom(ctx, path, 0)
-}
-
-// WatchBootFrom is WatchBoot for what the console says past offset from:
-// a wait that goes on after a lockup, once the guest has been helped out
-// of it, ends only on a report that comes after.
+// WatchBootFrom returns a copy of ctx that is cancelled, with a
+// *LockupError as its cause, once the console log at path reports a soft
+// lockup (WatchLockup) past offset from: a wait for a booting guest under
+// it then ends ~25 s into a boot that hangs in a loop, not at its own
+// timeout, and a wait that goes on after a lockup, once the guest has
+// been helped out of it, ends only on a report that comes after. stop
+// ends the watch and waits for it to end.
 func WatchBootFrom(ctx context.Context, path string, from int64) (_ context.Context, stop func()) {
 	ctx, giveUp := context.WithCancelCause(ctx)
 	watched := make(chan struct{})
@@ -142,7 +137,7 @@ func WatchBootFrom(ctx context.Context, path string, from int64) (_ context.Cont
 	}
 }
 
-// LockedUp is the lockup that ended ctx, a context WatchBoot gave, or nil
+// LockedUp is the lockup that ended ctx, a context WatchBootFrom gave, or nil
 // if it ended otherwise or has not.
 func LockedUp(ctx context.Context) *LockupError {
 	var lockup *LockupError

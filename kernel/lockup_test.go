@@ -86,12 +86,12 @@ func TestWatchLockup(t *testing.T) {
 	}
 }
 
-// TestWatchBoot: the context WatchBoot gives is cancelled with the
+// TestWatchBoot: the context WatchBootFrom gives is cancelled with the
 // lockup as its cause once the console reports one, and stop ends a
 // watch that saw none.
 func TestWatchBoot(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "console.log")
-	ctx, stop := WatchBoot(context.Background(), path)
+	ctx, stop := WatchBootFrom(context.Background(), path, 0)
 	if err := os.WriteFile(path, []byte("[   24.481263] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [swapper/0:0]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestWatchBoot(t *testing.T) {
 	}
 	stop()
 
-	ctx, stop = WatchBoot(context.Background(), filepath.Join(t.TempDir(), "console.log"))
+	ctx, stop = WatchBootFrom(context.Background(), filepath.Join(t.TempDir(), "console.log"), 0)
 	stop()
 	if cause := context.Cause(ctx); !errors.Is(cause, context.Canceled) || LockedUp(ctx) != nil {
 		t.Errorf("cause after stop = %v, want context.Canceled", cause)

@@ -92,14 +92,15 @@ func (g Guest) bootOnce(ctx context.Context, log *slog.Logger, spec vmSpec) (_ v
 	// The guest's clock comes from its RTC, read to the whole second, so
 	// the first request sets it to the host's, as a container's clock is
 	// the host's under dockerd.
+	console := filepath.Join(spec.dir, consoleLog)
 	client, err := vmm.AwaitBoot(ctx, log, vmm.Boot{
-		ID: spec.id, Machine: machine, Console: filepath.Join(spec.dir, consoleLog), Deadline: time.Now().Add(g.ReadyTimeout),
+		ID: spec.id, Machine: machine, Console: console, Deadline: time.Now().Add(g.ReadyTimeout),
 		Retranslate: g.Accel != "kvm", Symbol: g.KernelSymbol, Backends: spec.backends,
 	}, func(ctx context.Context) (*host.Client, error) {
 		return host.ConnectWith(ctx, machine, agentRetry, freshen)
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, filepath.Join(spec.dir, consoleLog))
+		return nil, nil, fmt.Errorf("boot %s: %w (console log: %s)", spec.id, err, console)
 	}
 	releaseBootImages(log, spec.id, machine)
 	return machine, client, nil
