@@ -40,7 +40,12 @@ const (
 	checkpointsDir = "checkpoints"
 	// checkpointExitCode is how a container stopped by a checkpoint
 	// exits: its VM is killed, as CRIU kills a checkpointed task.
-	checkpointExitCode = 137
+	checkpointExitCode = sigkillExitCode
+	// sigkillExitCode is how a process killed by SIGKILL exits (128+9).
+	sigkillExitCode = 137
+	// signalTimeout bounds the agent's delivery of a signal; an agent
+	// answers in milliseconds even on a loaded TCG host.
+	signalTimeout = 5 * time.Second
 
 	// checkpointExitFile, in a container's directory, says a checkpoint
 	// is stopping the container: it is written before the VM is killed

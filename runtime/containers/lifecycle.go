@@ -79,6 +79,10 @@ type run struct {
 	// checkpointed is set when a checkpoint ends the run (Exit): the VM
 	// is killed on purpose and the exit is recorded as a kill, not a loss.
 	checkpointed atomic.Bool
+	// vmKilled is set when the VM was killed because its agent did not
+	// deliver a SIGKILL in time: the process died with it, as it would
+	// have by the signal, so the exit is recorded as that kill.
+	vmKilled atomic.Bool
 	// resend: the guest's output was read by a daemon that died; what it
 	// never acknowledged storing is sent again.
 	resend bool
@@ -397,6 +401,9 @@ func (c *ctr) monitor(r *run) {
 	if waitErr != nil && r.checkpointed.Load() {
 		code, waitErr = checkpointExitCode, nil
 	}
+	if waitErr != nil && r.vmKilled.Load() {
+		code, waitErr = sigkillExitCode, nil
+	}
 	if waitErr != nil {
 		// The agent or the VM is gone: the process's fate is unknown.
 		code = 255
@@ -515,7 +522,7 @@ func (c *ctr) teardown(r *run) (vmTook, netTook time.Duration) {
 		c.detachNetwork(ctx)
 		netTook = time.Since(start)
 	}()
-	if c.autoRemove() || r.checkpointed.Load() {
+	if c.autoRemove() || r.checkpointed.Load() || r.vmKilled.Load() {
 		discardVM(r.machine, r.client)
 	} else {
 		stopVM(c.m.log, c.rec.ID[:12], r.machine, r.client)
@@ -614,7 +621,7 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) (e
 		}
 	}()
 	c.emit(events.ActionKill, signalAttrs(sig))
-	if err := r.proc.Signal(ctx, sig); err != nil {
+	if err := deliver(ctx, r, sig); err != nil {
 		m.log.Warn("stop signal failed; killing", "id", c.rec.ID[:12], "err", err)
 	} else if secs != 0 {
 		var grace <-chan time.Time
@@ -635,14 +642,16 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) (e
 }
 
 // kill sends sig; for SIGKILL it waits for the exit, and takes the VM down
-// if the agent cannot deliver it.
+// if the agent cannot deliver it, as dockerd's SIGKILL does not wait on
+// the container either.
 func (c *ctr) kill(ctx context.Context, r *run, sig syscall.Signal, wait bool) error {
 	c.emit(events.ActionKill, signalAttrs(sig))
-	if err := r.proc.Signal(ctx, sig); err != nil {
+	if err := deliver(ctx, r, sig); err != nil {
 		if sig != syscall.SIGKILL {
 			return fmt.Errorf("signal %s: %w", c.rec.ID[:12], err)
 		}
 		c.m.log.Warn("agent could not deliver SIGKILL; killing the VM", "id", c.rec.ID[:12], "err", err)
+		r.vmKilled.Store(true)
 		_ = r.machine.Kill()
 	}
 	if !wait {
@@ -653,12 +662,29 @@ func (c *ctr) kill(ctx context.Context, r *run, sig syscall.Signal, wait bool) e
 		return nil
 	case <-time.After(30 * time.Second):
 		// The agent acknowledged but the exit never came back.
+		r.vmKilled.Store(true)
 		_ = r.machine.Kill()
 		<-r.exited
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// deliver has the agent deliver sig to the main process, giving up after
+// signalTimeout: an agent that does not answer by then is wedged with its
+// guest (a guest stopped or spinning), and the caller kills the VM rather
+// than hang the request.
+func deliver(ctx context.Context, r *run, sig syscall.Signal) error {
+	ctx, cancel := context.WithTimeout(ctx, signalTimeout)
+	defer cancel()
+	if err := r.proc.Signal(ctx, sig); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("the guest agent did not answer within %s: %w", signalTimeout, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // Kill sends a signal (SIGKILL by default) to the main process.
