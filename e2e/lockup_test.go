@@ -169,20 +169,27 @@ func TestTemplateBuildGoesOnAfterStaleTranslation(t *testing.T) {
 // kernel code a process runs, has its code translated afresh once its
 // kernel reports the lockup, and the process goes on. The container's
 // process loops through write(2), counting; the test makes the stale
-// translation as TestBootGoesOnAfterStaleTranslation does, at an
-// address a vCPU runs with interrupts on while in the kernel for it.
-// (The idle loop that test uses will not do here: a vCPU whose tick was
-// stopped for idle touches the watchdog on each tick it takes, so a spin
-// there was never reported.) The template's RAM file is mapped
-// privately, so the write through /proc stays in this VM.
+// translation as TestBootGoesOnAfterStaleTranslation does, at the entry
+// of vfs_write, which that process enters with interrupts on and nothing
+// held, so that its vCPU spins where the watchdog sees it. (An address
+// sampled from the running vCPUs would not do: twice in nine runs the
+// sample was one where a spin went unreported, as in the idle loop,
+// where a vCPU whose tick was stopped touches the watchdog on each tick
+// it takes.) The template's RAM file is mapped privately, so the write
+// through /proc stays in this VM.
 func TestRunningGuestRetranslated(t *testing.T) {
 	requireQEMUDaemon(t)
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
-	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, img,
+	// CAP_SYSLOG, so that /proc/kallsyms shows the guest kernel's
+	// addresses.
+	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, "--cap-add", "SYSLOG", img,
 		"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; done"))
 	short := id[:12]
-	pc := hotKernelInstruction(t, containerVM(id))
+	pc := kernelSymbol(t, name, "vfs_write")
+	if !longInstruction(t, containerVM(id), pc) {
+		t.Fatalf("vfs_write (%#x) starts with a one-byte instruction, which the test's jump would overrun", pc)
+	}
 	staleJump(t, containerVM(id), vmmPID(t, name), pc)
 
 	eventually(t, "the daemon had the code translated afresh", func() string {
@@ -208,31 +215,18 @@ func TestRunningGuestRetranslated(t *testing.T) {
 	mustDocker(t, "rm", "-f", name)
 }
 
-// hotKernelInstruction finds an address in the guest kernel of the VM in dir
-// that its vCPUs keep running with interrupts on: one seen twice in the
-// monitor's samples of running vCPUs, whose instruction is at least two
-// bytes long by its first byte (a REX prefix, a two-byte opcode, a call
-// or jump, endbr64), so that the test's two-byte jump stays within it.
-func hotKernelInstruction(t *testing.T, dir string) uint64 {
+// kernelSymbol is the address of the guest kernel's function sym, read
+// from /proc/kallsyms in container name, which needs CAP_SYSLOG to show
+// it.
+func kernelSymbol(t *testing.T, name, sym string) uint64 {
 	t.Helper()
-	seen := map[uint64]int{}
-	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
-		var regs string
-		err := dirQMP(context.Background(), dir, "human-monitor-command", map[string]string{"command-line": "info registers -a"}, &regs)
-		for _, m := range kernelRunning.FindAllStringSubmatch(regs, -1) {
-			rip, _ := strconv.ParseUint(m[1], 16, 64)
-			rfl, _ := strconv.ParseUint(m[2], 16, 64)
-			if rip < kernelHalf || rfl&interruptsOn == 0 {
-				continue
-			}
-			if seen[rip]++; seen[rip] == 2 && longInstruction(t, dir, rip) {
-				return rip
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no kernel address run twice with interrupts on: %v\n%s", err, regs)
-		}
+	out := mustDocker(t, "exec", name, "grep", "-E", " [tT] "+sym+"$", "/proc/kallsyms")
+	addr, _, _ := strings.Cut(strings.TrimSpace(out), " ")
+	pc, err := strconv.ParseUint(addr, 16, 64)
+	if err != nil || pc < kernelHalf {
+		t.Fatalf("the guest kernel's %s in /proc/kallsyms: %q", sym, out)
 	}
+	return pc
 }
 
 // longInstruction says whether the instruction at the guest kernel's
@@ -253,13 +247,6 @@ func longInstruction(t *testing.T, dir string, pc uint64) bool {
 	}
 	return b >= 0x40 && b <= 0x4f || b == 0x0f || b == 0xe8 || b == 0xe9 || b == 0xf3
 }
-
-// kernelRunning matches a running vCPU's instruction pointer and flags
-// in HMP's "info registers".
-var kernelRunning = regexp.MustCompile(`RIP=([0-9a-f]+) RFL=([0-9a-f]+)[^\n]*CPL=0[^\n]*HLT=0`)
-
-// interruptsOn is RFLAGS.IF.
-const interruptsOn = 0x200
 
 // staleJump leaves the guest of the VM in dir running a jump to itself at
 // its kernel address pc that memory no longer holds: it writes the jump
