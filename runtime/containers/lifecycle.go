@@ -582,7 +582,7 @@ func (m *Manager) Stop(ctx context.Context, ref, signal string, timeout *int) (e
 	if err != nil {
 		return err
 	}
-	if err := c.resumeForSignal(ctx); err != nil {
+	if err := c.resumeForSignal(ctx, true); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -697,7 +697,7 @@ func (m *Manager) Kill(ctx context.Context, ref, signal string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.resumeForSignal(ctx); err != nil {
+	if err := c.resumeForSignal(ctx, sig == syscall.SIGKILL); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -788,7 +788,7 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 	}
 	c.mu.Unlock()
 	if r != nil {
-		if err := c.resumeForSignal(ctx); err != nil {
+		if err := c.resumeForSignal(ctx, true); err != nil {
 			return err
 		}
 		if err := c.kill(ctx, r, syscall.SIGKILL, true); err != nil {

@@ -215,14 +215,28 @@ func (c *ctr) thawAfterSnapshot(ctx context.Context, r *run) {
 
 // resumeForSignal unpauses a paused container before it is signalled: a
 // frozen process acts on no signal and a stopped VM delivers none, and
-// dockerd stops and kills paused containers.
-func (c *ctr) resumeForSignal(ctx context.Context) error {
+// dockerd stops and kills paused containers. The guest gets signalTimeout
+// to answer, as for the signal itself. For a signal that ends in a
+// SIGKILL (kill, stop, rm -f), a guest that cannot be resumed has its VM
+// killed instead, which ends the process as surely: dockerd's SIGKILL
+// does not wait on the container either.
+func (c *ctr) resumeForSignal(ctx context.Context, orKill bool) error {
+	ctx, cancel := context.WithTimeout(ctx, signalTimeout)
+	defer cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.run == nil || !c.rec.State.Paused {
+	r := c.run
+	if r == nil || !c.rec.State.Paused {
 		return nil
 	}
-	return c.resumeLocked(ctx)
+	err := c.resumeLocked(ctx)
+	if err == nil || !orKill {
+		return err
+	}
+	c.m.log.Warn("could not unpause the container to kill it; killing the VM", "id", c.rec.ID[:12], "err", err)
+	r.vmKilled.Store(true)
+	_ = r.machine.Kill()
+	return nil
 }
 
 // topTitles are the columns of `ps -ef`, which dockerd runs by default.
