@@ -361,21 +361,35 @@ const kernelHalf = 0xffffffff80000000
 // haltedOnceWatched waits until the booting guest of the VM in dir has its
 // second CPU in the kernel, so that the boot is past smp_init and its
 // watchdog runs, and then for a vCPU halted in the kernel, and returns
-// where that vCPU will resume. The agent answers a second or more after
-// the second CPU comes up, so the monitor is asked often.
+// where that vCPU will resume.
 func haltedOnceWatched(t *testing.T, dir string) uint64 {
 	t.Helper()
-	second := false
+	secondCPUInKernel(t, dir)
 	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
 		cpus, regs, err := vmCPUs(dir)
-		second = second || err == nil && len(cpus) > 1 && cpus[1].PC >= kernelHalf
 		for _, c := range cpus {
-			if second && c.Halted && c.PC >= kernelHalf {
+			if c.Halted && c.PC >= kernelHalf {
 				return c.PC
 			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no vCPU of the guest halted in its kernel after its second CPU came up: %v\n%s", err, regs)
+		}
+	}
+}
+
+// secondCPUInKernel waits until the booting guest of the VM in dir runs
+// its kernel on its second CPU: past smp_init, and a second or more
+// before its agent answers, so the monitor is asked often.
+func secondCPUInKernel(t *testing.T, dir string) {
+	t.Helper()
+	for deadline := time.Now().Add(commandTimeout); ; time.Sleep(20 * time.Millisecond) {
+		cpus, regs, err := vmCPUs(dir)
+		if err == nil && len(cpus) > 1 && cpus[1].PC >= kernelHalf {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest's second CPU never ran its kernel: %v\n%s", err, regs)
 		}
 	}
 }
