@@ -374,3 +374,58 @@ func TestDeadVMMIsReported(t *testing.T) {
 	}
 	mustDocker(t, "rm", name)
 }
+
+// TestDaemonCrashMidRemove: a daemon killed while it force-removes a
+// container leaves the container dead, as dockerd does (it cannot know
+// which volumes the removal was to take): its VM is killed, its exit is
+// the removal's SIGKILL, it cannot be started, and docker rm removes it.
+// A second removal meanwhile is refused, as dockerd refuses it. The crash
+// lands during the removal because the guest is wedged first
+// (its vCPUs stopped through QEMU's monitor), so the kill waits seconds
+// for the agent before it kills the VM.
+func TestDaemonCrashMidRemove(t *testing.T) {
+	requireQEMUDaemon(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, img, "sleep", "600"))
+	short := id[:12]
+	if err := vmQMP(context.Background(), suite.DaemonRoot, id, "stop", nil, nil); err != nil {
+		t.Fatalf("stop %s's vCPUs: %v", short, err)
+	}
+	hangUpAfter(t, suite.DockerHost, "DELETE", "/containers/"+name+"?force=1")
+	eventually(t, "the removal begun", func() string {
+		if !daemonLogHas(t, `msg="removing container"`, "id="+short) {
+			return "no \"removing container\" line for " + short
+		}
+		return ""
+	})
+	if r := docker(t, "rm", "-f", name); r.Code == 0 || !strings.Contains(r.Stderr, "Error response from daemon: removal of container "+name+" is already in progress") {
+		t.Errorf("docker rm -f during another: %+v, want dockerd's conflict", r)
+	}
+	crashDaemon(t)
+
+	if got := mustDocker(t, "inspect", "-f", "{{.State.Status}} {{.State.Dead}} {{.State.Running}} {{.State.ExitCode}}", name); got != "dead true false 137\n" {
+		t.Errorf("after a crash during its removal %s is %q, want \"dead true false 137\"", name, got)
+	}
+	if got := mustDocker(t, "ps", "-a", "--filter", "status=dead", "--format", "{{.Names}} {{.Status}}"); !strings.Contains(got, name+" Dead\n") {
+		t.Errorf("docker ps -a --filter status=dead: %q, want %s listed as Dead", got, name)
+	}
+	left, err := harness.ProcessesMentioning("process=husk-" + short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range left {
+		t.Errorf("the QEMU of the container being removed still runs: pid %d: %s", p.PID, p.Cmdline)
+	}
+	if !daemonLogHas(t, "container marked dead", "id="+short) {
+		t.Errorf("no line saying the daemon marked %s dead", short)
+	}
+	r := docker(t, "start", name)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "Error response from daemon: container is marked for removal and cannot be started") {
+		t.Errorf("docker start of a dead container: %+v, want dockerd's refusal", r)
+	}
+	mustDocker(t, "rm", name)
+	if r := docker(t, "inspect", name); r.Code == 0 || !strings.Contains(r.Stderr, "No such") {
+		t.Errorf("inspect after docker rm of the dead container: %+v", r)
+	}
+}

@@ -102,6 +102,7 @@ func TestStatusText(t *testing.T) {
 		{container.State{Status: container.StateRunning, StartedAt: ago(5 * time.Second)}, "Up 5 seconds"},
 		{container.State{Status: container.StateRunning, StartedAt: ago(90 * time.Second)}, "Up About a minute"},
 		{container.State{Status: container.StateExited, ExitCode: 137, FinishedAt: ago(3 * time.Hour)}, "Exited (137) 3 hours ago"},
+		{container.State{Status: container.StateDead, Dead: true, ExitCode: 137, FinishedAt: ago(3 * time.Hour)}, "Dead"},
 	}
 	for _, tt := range tests {
 		if got := statusText(tt.state, now); got != tt.want {

@@ -131,6 +131,8 @@ func statusText(s container.State, now time.Time) string {
 		return fmt.Sprintf("Restarting (%d) %s ago", s.ExitCode, humanDuration(now.Sub(parseTime(s.FinishedAt))))
 	case container.StatePaused:
 		return "Up " + humanDuration(now.Sub(parseTime(s.StartedAt))) + " (Paused)"
+	case container.StateDead:
+		return "Dead"
 	}
 	return string(s.Status)
 }

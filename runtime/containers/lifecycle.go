@@ -116,7 +116,7 @@ func (m *Manager) Start(ctx context.Context, ref string) error {
 	if err != nil && !errdefs.IsNotModified(err) && !errdefs.IsConflict(err) && c.autoRemove() {
 		// As dockerd: a --rm container whose start failed is removed, and
 		// the CLI waits for that (wait condition "removed").
-		if rmErr := m.remove(context.WithoutCancel(ctx), c, RemoveOptions{Force: true}); rmErr != nil {
+		if rmErr := m.remove(context.WithoutCancel(ctx), c, ref, RemoveOptions{Force: true}); rmErr != nil {
 			m.log.Error("auto-remove after failed start", "id", c.rec.ID[:12], "err", rmErr)
 		}
 	}
@@ -138,6 +138,9 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	}
 	if c.busy {
 		return errBusy(c.rec.ID)
+	}
+	if c.rec.State.Dead || c.rec.RemovalInProgress {
+		return errdefs.ErrConflict.WithMessage("container is marked for removal and cannot be started")
 	}
 	if c.run != nil {
 		if c.rec.State.Running {
@@ -435,7 +438,9 @@ func (c *ctr) monitor(r *run) {
 	c.m.log.Info("container exited", "id", c.rec.ID[:12], "code", code)
 
 	if autoRemove {
-		if err := c.m.remove(context.Background(), c, RemoveOptions{RemoveVolumes: true}); err != nil {
+		// A docker rm -f that killed it is removing it already.
+		var inProgress removalInProgressError
+		if err := c.m.remove(context.Background(), c, c.rec.ID, RemoveOptions{RemoveVolumes: true}); err != nil && !errors.As(err, &inProgress) {
 			c.m.log.Error("auto-remove", "id", c.rec.ID[:12], "err", err)
 		}
 	}
@@ -766,15 +771,31 @@ func (m *Manager) Remove(ctx context.Context, ref string, opts RemoveOptions) er
 	if err != nil {
 		return err
 	}
-	return m.remove(ctx, c, opts)
+	return m.remove(ctx, c, ref, opts)
 }
 
-func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error {
+// removalInProgressError answers a removal of a container another
+// removal is under way for, as dockerd does (409, naming the container
+// as the caller did). Clients such as testcontainers take it for success.
+type removalInProgressError string
+
+func (e removalInProgressError) Error() string {
+	return "removal of container " + string(e) + " is already in progress"
+}
+
+func (removalInProgressError) Unwrap() error { return errdefs.ErrConflict }
+
+// remove removes c, which the caller named ref.
+func (m *Manager) remove(ctx context.Context, c *ctr, ref string, opts RemoveOptions) (err error) {
 	c.mu.Lock()
 	r := c.run
 	if c.removed {
 		c.mu.Unlock()
 		return nil
+	}
+	if c.rec.RemovalInProgress {
+		c.mu.Unlock()
+		return removalInProgressError(ref)
 	}
 	if c.busy {
 		c.mu.Unlock()
@@ -786,7 +807,27 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 		c.mu.Unlock()
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("You cannot remove a running container %s. Stop the container before attempting removal or force remove", c.rec.ID))
 	}
+	c.rec.RemovalInProgress = true
+	if err := c.save(); err != nil {
+		c.rec.RemovalInProgress = false
+		c.mu.Unlock()
+		return fmt.Errorf("remove container %s: %w", c.rec.ID, err)
+	}
 	c.mu.Unlock()
+	m.log.Debug("removing container", "id", c.rec.ID[:12], "force", opts.Force, "running", r != nil)
+	defer func() {
+		if err == nil {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.removed {
+			c.rec.RemovalInProgress = false
+			if err := c.save(); err != nil {
+				m.log.Error("persist a removal that failed", "id", c.rec.ID[:12], "err", err)
+			}
+		}
+	}()
 	if r != nil {
 		if err := c.resumeForSignal(ctx, true); err != nil {
 			return err
@@ -837,6 +878,11 @@ func (m *Manager) remove(ctx context.Context, c *ctr, opts RemoveOptions) error 
 func (m *Manager) Restore(ctx context.Context) {
 	for _, c := range m.all() {
 		c.mu.Lock()
+		if c.rec.RemovalInProgress {
+			c.markDead(ctx)
+			c.mu.Unlock()
+			continue
+		}
 		if c.rec.State.Running {
 			if err := c.reattach(ctx); err != nil {
 				m.log.Warn("container did not survive the daemon restart", "id", c.rec.ID[:12], "err", err)
@@ -855,22 +901,47 @@ func (m *Manager) Restore(ctx context.Context) {
 			// Recorded, or the VM runs on: the checkpoint did not stop it.
 			c.dropCheckpointExitNote()
 		} else {
-			c.killStrayVM(ctx)
+			c.killStrayVM(ctx, "killing the VM of a start the previous daemon did not finish")
 		}
 		c.mu.Unlock()
 	}
+}
+
+// markDead is Restore for a container the previous daemon died removing.
+// dockerd marks such a container dead, to be removed by a docker rm: it
+// cannot know which volumes the removal was to take with it. A VM still
+// running is killed, as the removal began by killing it (only a forced
+// removal finds one), and the exit is recorded as that SIGKILL's. Callers
+// hold c.mu.
+func (c *ctr) markDead(ctx context.Context) {
+	st := c.rec.State
+	c.killStrayVM(ctx, "killing the VM of a container the previous daemon was removing")
+	if st.Running {
+		st.ExitCode, st.Error = sigkillExitCode, ""
+		st.FinishedAt = time.Now().UTC().Format(time.RFC3339Nano)
+	}
+	c.dropCheckpointExitNote()
+	c.rec.State = container.State{Status: container.StateDead, Dead: true, ExitCode: st.ExitCode, Error: st.Error,
+		StartedAt: st.StartedAt, FinishedAt: st.FinishedAt}
+	c.rec.RemovalInProgress = false
+	if err := c.save(); err != nil {
+		c.m.log.Error("persist a dead container", "id", c.rec.ID[:12], "err", err)
+		return
+	}
+	c.m.log.Warn("container marked dead: the previous daemon did not finish removing it", "id", c.rec.ID[:12])
 }
 
 // vmDir is where the container's VMM runs, whether booted, restored
 // from a template or from a checkpoint.
 func (c *ctr) vmDir() string { return filepath.Join(c.dir, "vm") }
 
-// killStrayVM ends a VMM left running for a container recorded as not
-// running: one the previous daemon died while starting, before it
-// recorded the container running. Nothing else would end it, and the
-// container's next start would find its VM directory taken. Callers
-// hold c.mu.
-func (c *ctr) killStrayVM(ctx context.Context) {
+// killStrayVM ends a VMM left running for a container the daemon does
+// not run: one the previous daemon died while starting, before it
+// recorded the container running, or one it died removing (markDead).
+// Nothing else would end it, and the container's next start would find
+// its VM directory taken. why is what the warning says. Callers hold
+// c.mu.
+func (c *ctr) killStrayVM(ctx context.Context, why string) {
 	if c.m.guest.Driver == nil {
 		return
 	}
@@ -879,7 +950,7 @@ func (c *ctr) killStrayVM(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	c.m.log.Warn("killing the VM of a start the previous daemon did not finish", "id", c.rec.ID[:12], "vmm_pid", machine.PID())
+	c.m.log.Warn(why, "id", c.rec.ID[:12], "vmm_pid", machine.PID())
 	killVM(machine)
 	c.m.findShares(vmDir).kill(c.m.log)
 }

@@ -155,6 +155,11 @@ type Record struct {
 	// the disk, which may then be replaced by an image template's
 	// (Templates.Start). Nil once the container has started.
 	FreshUpper *rootfs.FileStamp `json:",omitempty"`
+	// RemovalInProgress: a docker rm has begun. It is on the record
+	// before the removal kills anything, so a daemon that dies during it
+	// finds the container marked and marks it dead (Restore), as dockerd
+	// does.
+	RemovalInProgress bool `json:",omitempty"`
 }
 
 const recordFile = "config.json"

@@ -352,7 +352,7 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (container.Prune
 		}
 		// Measured before the removal, as dockerd does, for SpaceReclaimed.
 		rw, _, sizeErr := m.size(ctx, c)
-		if err := m.remove(ctx, c, RemoveOptions{}); err != nil {
+		if err := m.remove(ctx, c, rec.ID, RemoveOptions{}); err != nil {
 			if errdefs.IsConflict(err) {
 				continue // started meanwhile
 			}

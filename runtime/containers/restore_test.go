@@ -1,9 +1,15 @@
 package containers
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/moby/moby/api/types/container"
 )
@@ -34,6 +40,70 @@ func TestLostState(t *testing.T) {
 			}
 			if st.StartedAt != "2026-11-22T10:00:00Z" || st.FinishedAt == "" {
 				t.Errorf("times %q %q, want StartedAt kept and FinishedAt set", st.StartedAt, st.FinishedAt)
+			}
+		})
+	}
+}
+
+// TestUnfinishedRemoval: a container the previous daemon died removing is
+// dead after a restart, as dockerd marks it: its exit is the removal's
+// SIGKILL when it was running, it cannot be started, and docker rm
+// removes it. A removal meanwhile is refused as dockerd refuses it.
+func TestUnfinishedRemoval(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		state    container.State
+		wantCode int
+	}{
+		{"running", container.State{Status: container.StateRunning, Running: true, StartedAt: "2026-11-22T10:00:00Z"}, sigkillExitCode},
+		{"exited", container.State{Status: container.StateExited, ExitCode: 3, StartedAt: "2026-11-22T10:00:00Z",
+			FinishedAt: "2026-11-22T10:01:00Z"}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Manager{byID: map[string]*ctr{}, byName: map[string]*ctr{}, log: slog.New(slog.DiscardHandler)}
+			dir := t.TempDir()
+			id := strings.Repeat("ab", 32)
+			c, err := m.newCtr(dir, Record{ID: id, Name: "victim", Config: &container.Config{},
+				HostConfig: &container.HostConfig{}, State: tc.state, RemovalInProgress: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.byID[id], m.byName["victim"] = c, c
+
+			err = m.remove(context.Background(), c, "victim", RemoveOptions{Force: true})
+			if !errdefs.IsConflict(err) || err.Error() != "removal of container victim is already in progress" {
+				t.Fatalf("a removal during another: %v, want a conflict naming victim", err)
+			}
+
+			m.Restore(context.Background())
+			b, err := os.ReadFile(filepath.Join(dir, recordFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec Record
+			if err := json.Unmarshal(b, &rec); err != nil {
+				t.Fatal(err)
+			}
+			st := rec.State
+			if rec.RemovalInProgress || !st.Dead || st.Status != container.StateDead || st.Running || st.ExitCode != tc.wantCode {
+				t.Errorf("recorded %+v (removal in progress: %v), want dead with exit %d", st, rec.RemovalInProgress, tc.wantCode)
+			}
+			if st.StartedAt != tc.state.StartedAt || st.FinishedAt == "" {
+				t.Errorf("times %q %q, want StartedAt kept and FinishedAt set", st.StartedAt, st.FinishedAt)
+			}
+
+			err = c.start(context.Background(), "victim")
+			if !errdefs.IsConflict(err) || err.Error() != "container is marked for removal and cannot be started" {
+				t.Errorf("start of a dead container: %v, want dockerd's conflict", err)
+			}
+			if err := m.remove(context.Background(), c, "victim", RemoveOptions{}); err != nil {
+				t.Fatalf("docker rm of a dead container: %v", err)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("its directory is still there: %v", err)
+			}
+			if _, err := m.lookup("victim"); !errdefs.IsNotFound(err) {
+				t.Errorf("lookup after the removal: %v, want not found", err)
 			}
 		})
 	}
