@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -78,4 +80,88 @@ func TestKillWedgedGuest(t *testing.T) {
 			mustDocker(t, "rm", "-f", name)
 		})
 	}
+}
+
+// TestPauseWedgedGuest: docker pause of a container whose guest no
+// longer answers pauses it all the same, by stopping its VM's vCPUs,
+// within seconds: the freeze used to hold the container's lock, and with
+// it every docker ps, for as long as the guest was wedged. A checkpoint
+// of such a container fails within seconds and leaves it running; the
+// freeze its guest answers once it runs again is undone. Either way the
+// container's processes run again afterwards. The test wedges the guest
+// by stopping its vCPUs through QEMU's monitor, behind huskd's back.
+func TestPauseWedgedGuest(t *testing.T) {
+	requireQEMUDaemon(t)
+	img := pulled(t, testimages.Busybox)
+	for _, tc := range []struct {
+		name string
+		// wedged runs the operation on the wedged container, asserts
+		// its outcome and gets the guest running again.
+		wedged func(t *testing.T, name, id string)
+	}{
+		{"pause", func(t *testing.T, name, id string) {
+			mustDocker(t, "pause", name)
+			if !daemonLogHas(t, "the guest did not answer the freeze; stopping its VM's vCPUs instead", "id="+id[:12]) {
+				t.Errorf("no line saying the daemon stopped %s's vCPUs", id[:12])
+			}
+			if got := mustDocker(t, "ps", "--filter", "id="+id, "--format", "{{.Status}}"); !strings.Contains(got, "(Paused)") {
+				t.Errorf("docker ps after the pause: %q, want it paused", got)
+			}
+			mustDocker(t, "unpause", name)
+		}},
+		{"checkpoint", func(t *testing.T, name, id string) {
+			r := docker(t, "checkpoint", "create", "--leave-running", name, "cp")
+			if r.Code == 0 || !strings.Contains(r.Stderr, "the guest's agent did not answer within") {
+				t.Errorf("docker checkpoint create of a wedged guest: %+v, want the agent's silence", r)
+			}
+			if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Status}}", name)); got != "running" {
+				t.Errorf("after the failed checkpoint %s is %s, want running", name, got)
+			}
+			if err := vmQMP(context.Background(), suite.DaemonRoot, id, "cont", nil, nil); err != nil {
+				t.Fatalf("resume %s's vCPUs: %v", id[:12], err)
+			}
+			eventually(t, "the late freeze undone", func() string {
+				if !daemonLogHas(t, "the guest answered a freeze late; thawing its processes", "id="+id[:12]) {
+					return "no line saying the daemon thawed " + id[:12]
+				}
+				return ""
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := containerName(t, "")
+			id := strings.TrimSpace(mustDocker(t, "run", "-d", "--name", name, img,
+				"sh", "-c", "while :; do date >> /tmp/beats; sleep 1; done"))
+			eventually(t, "the first beat", func() string {
+				if beats(t, name) < 1 {
+					return "no beat yet"
+				}
+				return ""
+			})
+			if err := vmQMP(context.Background(), suite.DaemonRoot, id, "stop", nil, nil); err != nil {
+				t.Fatalf("stop %s's vCPUs: %v", id[:12], err)
+			}
+			tc.wedged(t, name, id)
+			// Beats go on: the processes are not left frozen.
+			n := beats(t, name)
+			eventually(t, "two more beats", func() string {
+				if got := beats(t, name); got < n+2 {
+					return fmt.Sprintf("%d beats, %d before", got, n)
+				}
+				return ""
+			})
+			mustDocker(t, "rm", "-f", name)
+		})
+	}
+}
+
+// beats counts the lines the container's loop has written to /tmp/beats.
+func beats(t *testing.T, name string) int {
+	t.Helper()
+	r := docker(t, "exec", name, "sh", "-c", "cat /tmp/beats 2>/dev/null | wc -l")
+	n, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if r.Code != 0 || err != nil {
+		t.Fatalf("count the beats: %+v", r)
+	}
+	return n
 }

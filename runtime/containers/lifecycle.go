@@ -677,15 +677,15 @@ func (c *ctr) kill(ctx context.Context, r *run, sig syscall.Signal, wait bool) e
 }
 
 // deliver has the agent deliver sig to the main process, giving up after
-// signalTimeout: an agent that does not answer by then is wedged with its
+// agentTimeout: an agent that does not answer by then is wedged with its
 // guest (a guest stopped or spinning), and the caller kills the VM rather
 // than hang the request.
 func deliver(ctx context.Context, r *run, sig syscall.Signal) error {
-	ctx, cancel := context.WithTimeout(ctx, signalTimeout)
+	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
 	if err := r.proc.Signal(ctx, sig); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("the guest agent did not answer within %s: %w", signalTimeout, err)
+			return fmt.Errorf("the guest agent did not answer within %s: %w", agentTimeout, err)
 		}
 		return err
 	}

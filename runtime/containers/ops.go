@@ -93,11 +93,15 @@ func (m *Manager) Pause(ctx context.Context, ref string) error {
 	return nil
 }
 
-// pauseLocked freezes r's processes or, where the agent cannot, stops its
-// VM's vCPUs. Callers hold c.mu.
+// pauseLocked freezes r's processes or, where the agent cannot or does
+// not answer, stops its VM's vCPUs, which needs nothing of the guest.
+// Callers hold c.mu.
 func (c *ctr) pauseLocked(ctx context.Context, r *run) error {
 	frozen, err := c.freezeProcesses(ctx, r, "pause")
-	if err != nil || frozen {
+	switch {
+	case errors.Is(err, errAgentSilent):
+		c.m.log.Warn("the guest did not answer the freeze; stopping its VM's vCPUs instead", "id", c.rec.ID[:12])
+	case err != nil || frozen:
 		return err
 	}
 	if err := r.machine.Pause(ctx); err != nil {
@@ -135,7 +139,23 @@ func (c *ctr) resumeLocked(ctx context.Context) error {
 			return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
 		}
 		r.vmPaused = false
+		// A pause whose freeze went unanswered stopped the VM, and the
+		// freeze may have landed all the same.
+		if err := c.thawProcesses(ctx, r.client, "unpause"); err != nil {
+			c.m.log.Warn("thaw the resumed container's processes", "id", c.rec.ID[:12], "err", err)
+		}
 	} else if err := c.thawProcesses(ctx, r.client, "pause"); err != nil {
+		if errors.Is(err, errAgentSilent) {
+			// The thaw may land later, which would leave the container
+			// running while it is recorded paused: it stays paused
+			// with its VM stopped, which needs nothing of the guest,
+			// and the next unpause resumes the VM and thaws again.
+			if perr := r.machine.Pause(ctx); perr == nil {
+				r.vmPaused = true
+			} else {
+				c.m.log.Error("stop the vCPUs of a container whose thaw went unanswered", "id", c.rec.ID[:12], "err", perr)
+			}
+		}
 		return fmt.Errorf("unpause %s: %w", c.rec.ID[:12], err)
 	}
 	c.rec.State.Paused = false
@@ -159,8 +179,11 @@ func (c *ctr) resumeVM(ctx context.Context, r *run) error {
 	return nil
 }
 
-// freshenResumed sets a resumed guest's clock (resumeVM).
+// freshenResumed sets a resumed guest's clock (resumeVM), giving its
+// agent agentTimeout: callers hold c.mu.
 func (c *ctr) freshenResumed(ctx context.Context, r *run) {
+	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
 	if err := r.client.Freshen(ctx, nil); err != nil {
 		c.m.log.Warn("set the resumed guest's clock", "id", c.rec.ID[:12], "err", err)
 	}
@@ -175,9 +198,27 @@ func (c *ctr) freshenResumed(ctx context.Context, r *run) {
 // op cannot freeze, and its container is snapshot as it is, or paused by
 // stopping its VM. A freeze that fails fails the snapshot or pause, as
 // CRIU's and runc's do.
+//
+// The agent gets agentTimeout to answer (errAgentSilent): callers hold
+// c.mu, and with it every docker ps. The freeze of a guest that did not
+// answer may still land once the guest runs again, which undoLateFreeze
+// sees to.
 func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, error) {
 	start := time.Now()
-	err := r.client.Freeze(ctx, true)
+	answered := make(chan error, 1)
+	go func() { answered <- r.client.Freeze(context.WithoutCancel(ctx), true) }()
+	timer := time.NewTimer(agentTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-answered:
+	case <-timer.C:
+		go c.undoLateFreeze(r, answered)
+		return false, fmt.Errorf("freeze the container's processes: %w", errAgentSilent)
+	case <-ctx.Done():
+		go c.undoLateFreeze(r, answered)
+		return false, fmt.Errorf("freeze the container's processes: %w", ctx.Err())
+	}
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		c.m.log.Debug("no freeze of the container's processes", "id", c.rec.ID[:12], "for", why, "err", err)
@@ -189,15 +230,38 @@ func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, er
 	return true, nil
 }
 
+// undoLateFreeze waits for the answer to a freeze the guest did not give
+// in time and, should the freeze have landed, thaws the processes, unless
+// the container is paused by then: its unpause thaws them.
+func (c *ctr) undoLateFreeze(r *run, answered <-chan error) {
+	if err := <-answered; err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run != r || c.rec.State.Paused {
+		return
+	}
+	c.m.log.Warn("the guest answered a freeze late; thawing its processes", "id", c.rec.ID[:12])
+	if err := c.thawProcesses(context.Background(), r.client, "late freeze"); err != nil {
+		c.m.log.Error("thaw after a late freeze", "id", c.rec.ID[:12], "err", err)
+	}
+}
+
 // thawProcesses thaws what freezeProcesses froze; a thaw waits for the
 // guest's last refresh. A container that cannot be thawed is stuck, which
-// only a restart mends.
+// only a restart mends. The agent gets agentTimeout, as for a freeze
+// (errAgentSilent); a thaw that lands late does what was asked.
 func (c *ctr) thawProcesses(ctx context.Context, client *host.Client, why string) error {
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
 	err := client.Freeze(ctx, false)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		return nil // an agent that cannot freeze froze nothing
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("thaw the container's processes: %w", errAgentSilent)
 	case err != nil:
 		return fmt.Errorf("thaw the container's processes: %w", err)
 	}
@@ -215,14 +279,12 @@ func (c *ctr) thawAfterSnapshot(ctx context.Context, r *run) {
 
 // resumeForSignal unpauses a paused container before it is signalled: a
 // frozen process acts on no signal and a stopped VM delivers none, and
-// dockerd stops and kills paused containers. The guest gets signalTimeout
-// to answer, as for the signal itself. For a signal that ends in a
-// SIGKILL (kill, stop, rm -f), a guest that cannot be resumed has its VM
-// killed instead, which ends the process as surely: dockerd's SIGKILL
-// does not wait on the container either.
+// dockerd stops and kills paused containers. The guest gets agentTimeout
+// to answer the thaw, as for the signal itself. For a signal that ends
+// in a SIGKILL (kill, stop, rm -f), a guest that cannot be resumed has
+// its VM killed instead, which ends the process as surely: dockerd's
+// SIGKILL does not wait on the container either.
 func (c *ctr) resumeForSignal(ctx context.Context, orKill bool) error {
-	ctx, cancel := context.WithTimeout(ctx, signalTimeout)
-	defer cancel()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.run

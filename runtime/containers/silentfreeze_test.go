@@ -1,0 +1,173 @@
+package containers
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"github.com/moby/moby/api/types/container"
+
+	"github.com/husk-vm/husk/runtime/vmm"
+	"github.com/husk-vm/husk/shim/host"
+	"github.com/husk-vm/husk/shim/proto"
+)
+
+// slowFreezer is a guest agent that answers a freeze only once release
+// is closed, as a wedged guest's would once it runs again, and every
+// thaw at once. It records the freeze ops it has carried out.
+type slowFreezer struct {
+	release chan struct{}
+	mu      sync.Mutex
+	done    []string
+}
+
+func (a *slowFreezer) ops() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.done)
+}
+
+// agentConn is conn with the bytes the session start read ahead.
+type agentConn struct {
+	io.Reader
+	net.Conn
+}
+
+func (s agentConn) Read(p []byte) (int, error) { return s.Reader.Read(p) }
+
+func (a *slowFreezer) serve(conn net.Conn) {
+	rest, err := proto.AcceptSession(conn)
+	if err != nil {
+		return
+	}
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = io.Discard
+	sess, err := yamux.Server(agentConn{rest, conn}, cfg)
+	if err != nil {
+		return
+	}
+	defer sess.Close()
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer st.Close()
+			line, err := proto.ReadLine(bufio.NewReader(st))
+			if err != nil {
+				return
+			}
+			var req proto.Request
+			if err := json.Unmarshal(line, &req); err != nil || req.Op != proto.OpFreeze || req.Freeze == nil {
+				return
+			}
+			op := "thaw"
+			if req.Freeze.Frozen {
+				op = "freeze"
+				<-a.release
+			}
+			a.mu.Lock()
+			a.done = append(a.done, op)
+			a.mu.Unlock()
+			b, _ := json.Marshal(proto.Response{Version: proto.Version})
+			_, _ = st.Write(append(b, '\n'))
+		}()
+	}
+}
+
+// stoppableVM is a VM whose vCPUs can be stopped and run again.
+type stoppableVM struct {
+	vmm.Machine
+	mu      sync.Mutex
+	stopped bool
+}
+
+func (v *stoppableVM) Pause(context.Context) error  { v.set(true); return nil }
+func (v *stoppableVM) Resume(context.Context) error { v.set(false); return nil }
+func (v *stoppableVM) set(stopped bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.stopped = stopped
+}
+
+// silentGuest is a running container whose agent is a slowFreezer.
+func silentGuest(t *testing.T) (*Manager, *ctr, *slowFreezer, *stoppableVM) {
+	t.Helper()
+	agent := &slowFreezer{release: make(chan struct{})}
+	hostEnd, guestEnd := net.Pipe()
+	go agent.serve(guestEnd)
+	client, err := host.New(hostEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	vm := &stoppableVM{}
+	m := &Manager{byID: map[string]*ctr{}, byName: map[string]*ctr{}, log: slog.New(slog.DiscardHandler)}
+	c := &ctr{m: m, dir: t.TempDir(), rec: Record{ID: "0123456789abcdef0123", Name: "silent",
+		State: container.State{Status: container.StateRunning, Running: true}}}
+	c.run = &run{machine: vm, client: client}
+	m.byID[c.rec.ID], m.byName[c.rec.Name] = c, c
+	return m, c, agent, vm
+}
+
+// eventuallyOps waits for the agent to have carried out want.
+func eventuallyOps(t *testing.T, agent *slowFreezer, want ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !slices.Equal(agent.ops(), want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent carried out %q, want %q", agent.ops(), want)
+		}
+	}
+}
+
+// TestPauseOfASilentGuest: a pause whose freeze the guest does not answer
+// stops the VM instead, and returns; the freeze the guest carries out
+// later is thawed by the unpause, and not before.
+func TestPauseOfASilentGuest(t *testing.T) {
+	t.Parallel()
+	m, c, agent, vm := silentGuest(t)
+	if err := m.Pause(context.Background(), "silent"); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	if !vm.stopped || !c.run.vmPaused || !c.rec.State.Paused {
+		t.Fatalf("after the pause: vCPUs stopped %v, vmPaused %v, recorded paused %v; want all", vm.stopped, c.run.vmPaused, c.rec.State.Paused)
+	}
+	close(agent.release) // the guest runs again, behind the daemon's back
+	eventuallyOps(t, agent, "freeze")
+	time.Sleep(100 * time.Millisecond) // room for a wrong thaw
+	if got := agent.ops(); !slices.Equal(got, []string{"freeze"}) {
+		t.Fatalf("while paused the agent carried out %q: a paused container was thawed", got)
+	}
+	if err := m.Unpause(context.Background(), "silent"); err != nil {
+		t.Fatalf("unpause: %v", err)
+	}
+	if vm.stopped || c.rec.State.Paused {
+		t.Errorf("after the unpause: vCPUs stopped %v, recorded paused %v", vm.stopped, c.rec.State.Paused)
+	}
+	eventuallyOps(t, agent, "freeze", "thaw")
+}
+
+// TestLateFreezeUndone: a snapshot's freeze the guest does not answer
+// fails within agentTimeout, and is thawed once the guest carries it out.
+func TestLateFreezeUndone(t *testing.T) {
+	t.Parallel()
+	_, c, agent, _ := silentGuest(t)
+	c.mu.Lock()
+	frozen, err := c.freezeProcesses(context.Background(), c.run, "snapshot")
+	c.mu.Unlock()
+	if frozen || !errors.Is(err, errAgentSilent) {
+		t.Fatalf("freeze of a silent guest: frozen %v, %v; want errAgentSilent", frozen, err)
+	}
+	close(agent.release)
+	eventuallyOps(t, agent, "freeze", "thaw")
+}
