@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,4 +168,63 @@ func beats(t *testing.T, name string) int {
 		t.Fatalf("count the beats: %+v", r)
 	}
 	return n
+}
+
+// TestCancelWedgedBuild: a docker build whose client goes away while a
+// RUN's guest no longer answers ends all the same: the agent does not
+// deliver the RUN's SIGKILL, so the build VM is killed, where it used to
+// be left running, its RUN waited on for good. The test wedges the build
+// VM by stopping its vCPUs through QEMU's monitor.
+func TestCancelWedgedBuild(t *testing.T) {
+	requireQEMUDaemon(t)
+	base := pulled(t, testimages.Busybox)
+	dir := writeContext(t, map[string]string{"Dockerfile": "FROM " + base + "\nRUN echo run-began && sleep 600\n"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, suite.DockerCLI, "build", dir)
+	cmd.Env = append(dockerEnv(), "DOCKER_BUILDKIT=0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for sc := bufio.NewScanner(out); ; {
+		if !sc.Scan() {
+			t.Fatalf("docker build ended before its RUN began: %v", sc.Err())
+		}
+		if sc.Text() == "run-began" {
+			break
+		}
+	}
+	socks, err := filepath.Glob(filepath.Join(suite.DaemonRoot, "builds", "vms", "*", "vm", "qmp.sock"))
+	if err != nil || len(socks) != 1 {
+		t.Fatalf("want one build VM, found %q (%v)", socks, err)
+	}
+	vmDir := filepath.Dir(socks[0])
+	short := filepath.Base(filepath.Dir(vmDir))[:12]
+	if err := dirQMP(ctx, vmDir, "stop", nil, nil); err != nil {
+		t.Fatalf("stop the build VM's vCPUs: %v", err)
+	}
+	// The client goes away.
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+
+	eventually(t, "the wedged build VM's QEMU gone", func() string {
+		if ps, err := harness.ProcessesMentioning("process=husk-" + short); err != nil || len(ps) != 0 {
+			return "a QEMU of build VM " + short + " still runs"
+		}
+		return ""
+	})
+	if !daemonLogHas(t, "agent could not deliver SIGKILL to a build process; killing the build VM", "vm="+short) {
+		t.Errorf("no line saying the daemon killed build VM %s", short)
+	}
+	eventually(t, "the build VM's directory gone", func() string {
+		if _, err := os.Stat(filepath.Dir(vmDir)); !os.IsNotExist(err) {
+			return "build VM " + short + "'s directory is still there"
+		}
+		return ""
+	})
 }

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/vmm"
@@ -175,7 +174,7 @@ func (v *BuildVM) Run(ctx context.Context, spec proto.ProcessSpec, stdout, stder
 	}{{proc.Stdout, stdout}, {proc.Stderr, stderr}} {
 		rc, err := s.open(ctx)
 		if err != nil {
-			_ = proc.Signal(context.WithoutCancel(ctx), syscall.SIGKILL)
+			v.kill(proc, pid)
 			return 0, err
 		}
 		wg.Add(1)
@@ -185,15 +184,14 @@ func (v *BuildVM) Run(ctx context.Context, spec proto.ProcessSpec, stdout, stder
 			_, _ = io.Copy(s.w, rc)
 		}()
 	}
-	stop := context.AfterFunc(ctx, func() {
-		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = proc.Signal(kctx, syscall.SIGKILL)
-	})
+	stop := context.AfterFunc(ctx, func() { v.kill(proc, pid) })
 	defer stop()
 	status, err := proc.Wait(context.WithoutCancel(ctx))
 	wg.Wait()
 	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
 		return 0, fmt.Errorf("wait for %s: %w", pid, err)
 	}
 	if err := proc.Forget(context.WithoutCancel(ctx)); err != nil {
@@ -203,6 +201,21 @@ func (v *BuildVM) Run(ctx context.Context, spec proto.ProcessSpec, stdout, stder
 		return 0, ctx.Err()
 	}
 	return status.Code, nil
+}
+
+// kill ends a build process with SIGKILL. An agent that does not answer
+// within agentTimeout is wedged with its guest, and the process's Wait
+// would wait on it for good, with the build VM left running: the VM is
+// killed instead, which ends the process and its Wait. An agent that
+// answers with an error (the process has just ended) is left alone.
+func (v *BuildVM) kill(proc *host.Process, pid string) {
+	ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
+	defer cancel()
+	var answered *host.AgentError
+	if err := proc.Signal(ctx, syscall.SIGKILL); err != nil && !errors.As(err, &answered) {
+		v.vms.log.Warn("agent could not deliver SIGKILL to a build process; killing the build VM", "vm", v.id, "process", pid, "err", err)
+		_ = v.machine.Kill()
+	}
 }
 
 // Close powers the VM off and removes its disk. Closing twice is a no-op.
