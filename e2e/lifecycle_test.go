@@ -424,6 +424,9 @@ func TestDaemonCrashMidRemove(t *testing.T) {
 	if r.Code == 0 || !strings.Contains(r.Stderr, "Error response from daemon: container is marked for removal and cannot be started") {
 		t.Errorf("docker start of a dead container: %+v, want dockerd's refusal", r)
 	}
+	if r := docker(t, "update", "--pids-limit", "10", name); r.Code == 0 || !strings.Contains(r.Stderr, "Error response from daemon: Cannot update container "+id+": container is marked for removal and cannot be \"update\"") {
+		t.Errorf("docker update of a dead container: %+v, want dockerd's refusal", r)
+	}
 	mustDocker(t, "rm", name)
 	if r := docker(t, "inspect", name); r.Code == 0 || !strings.Contains(r.Stderr, "No such") {
 		t.Errorf("inspect after docker rm of the dead container: %+v", r)

@@ -43,7 +43,7 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.removed {
+	if c.removed || c.rec.RemovalInProgress || c.rec.State.Dead {
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: container is marked for removal and cannot be \"update\"", c.rec.ID))
 	}
 	old := c.rec.HostConfig
