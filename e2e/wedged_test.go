@@ -86,15 +86,16 @@ func TestKillWedgedGuest(t *testing.T) {
 	}
 }
 
-// TestPauseWedgedGuest: docker pause of a container whose guest no
-// longer answers pauses it all the same, by stopping its VM's vCPUs,
-// within seconds: the freeze used to hold the container's lock, and with
-// it every docker ps, for as long as the guest was wedged. A checkpoint
-// of such a container fails within seconds and leaves it running; the
-// freeze its guest answers once it runs again is undone. Either way the
-// container's processes run again afterwards. The test wedges the guest
-// by stopping its vCPUs through QEMU's monitor, behind huskd's back.
-func TestPauseWedgedGuest(t *testing.T) {
+// TestChangesToWedgedGuest: changes to a container whose guest no longer
+// answers end within seconds, where they used to hold the container's
+// lock, and with it every docker ps, for as long as the guest was
+// wedged. docker pause pauses it all the same, by stopping its VM's
+// vCPUs. A checkpoint, or docker update of its pids limit, fails and
+// leaves it running, and what its guest does once it runs again is
+// undone. Either way the container's processes run again afterwards. The
+// test wedges the guest by stopping its vCPUs through QEMU's monitor,
+// behind huskd's back.
+func TestChangesToWedgedGuest(t *testing.T) {
 	requireQEMUDaemon(t)
 	img := pulled(t, testimages.Busybox)
 	for _, tc := range []struct {
@@ -127,6 +128,24 @@ func TestPauseWedgedGuest(t *testing.T) {
 			eventually(t, "the late freeze undone", func() string {
 				if !daemonLogHas(t, "the guest answered a freeze late; thawing its processes", "id="+id[:12]) {
 					return "no line saying the daemon thawed " + id[:12]
+				}
+				return ""
+			})
+		}},
+		{"update", func(t *testing.T, name, id string) {
+			r := docker(t, "update", "--pids-limit", "50", name)
+			if r.Code == 0 || !strings.Contains(r.Stderr, "the guest's agent did not answer within") {
+				t.Errorf("docker update of a wedged guest: %+v, want the agent's silence", r)
+			}
+			if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.HostConfig.PidsLimit}}", name)); got != "<nil>" {
+				t.Errorf("after the failed update %s's pids limit is %s, want none", name, got)
+			}
+			if err := vmQMP(context.Background(), suite.DaemonRoot, id, "cont", nil, nil); err != nil {
+				t.Fatalf("resume %s's vCPUs: %v", id[:12], err)
+			}
+			eventually(t, "the late pids limit undone", func() string {
+				if !daemonLogHas(t, "the guest set a pids limit late; setting the recorded one back", "id="+id[:12]) {
+					return "no line saying the daemon set the pids limit back in " + id[:12]
 				}
 				return ""
 			})

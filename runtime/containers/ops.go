@@ -201,24 +201,19 @@ func (c *ctr) freshenResumed(ctx context.Context, r *run) {
 //
 // The agent gets agentTimeout to answer (errAgentSilent): callers hold
 // c.mu, and with it every docker ps. The freeze of a guest that did not
-// answer may still land once the guest runs again, which undoLateFreeze
-// sees to.
+// answer may still land once the guest runs again; it is thawed then
+// unless the container is paused by then (askAgent).
 func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, error) {
 	start := time.Now()
-	answered := make(chan error, 1)
-	go func() { answered <- r.client.Freeze(context.WithoutCancel(ctx), true) }()
-	timer := time.NewTimer(agentTimeout)
-	defer timer.Stop()
-	var err error
-	select {
-	case err = <-answered:
-	case <-timer.C:
-		go c.undoLateFreeze(r, answered)
-		return false, fmt.Errorf("freeze the container's processes: %w", errAgentSilent)
-	case <-ctx.Done():
-		go c.undoLateFreeze(r, answered)
-		return false, fmt.Errorf("freeze the container's processes: %w", ctx.Err())
-	}
+	err := c.askAgent(ctx, r, func(ctx context.Context) error { return r.client.Freeze(ctx, true) }, func() {
+		if c.rec.State.Paused {
+			return // its unpause thaws it
+		}
+		c.m.log.Warn("the guest answered a freeze late; thawing its processes", "id", c.rec.ID[:12])
+		if err := c.thawProcesses(context.Background(), r.client, "late freeze"); err != nil {
+			c.m.log.Error("thaw after a late freeze", "id", c.rec.ID[:12], "err", err)
+		}
+	})
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		c.m.log.Debug("no freeze of the container's processes", "id", c.rec.ID[:12], "for", why, "err", err)
@@ -230,21 +225,36 @@ func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, er
 	return true, nil
 }
 
-// undoLateFreeze waits for the answer to a freeze the guest did not give
-// in time and, should the freeze have landed, thaws the processes, unless
-// the container is paused by then: its unpause thaws them.
-func (c *ctr) undoLateFreeze(r *run, answered <-chan error) {
-	if err := <-answered; err != nil {
-		return
+// askAgent has r's agent make a change (call) for a caller that holds
+// c.mu, and with it every docker ps: the agent gets agentTimeout, or
+// until ctx ends, to answer, and is errAgentSilent after that. Its guest
+// is then wedged, but may run again and make the change after all, which
+// would leave the guest unlike what its caller recorded: once the change
+// is made, undo runs, holding c.mu, if the container still runs r.
+func (c *ctr) askAgent(ctx context.Context, r *run, call func(context.Context) error, undo func()) error {
+	answered := make(chan error, 1)
+	go func() { answered <- call(context.WithoutCancel(ctx)) }()
+	timer := time.NewTimer(agentTimeout)
+	defer timer.Stop()
+	late := func() {
+		if err := <-answered; err != nil {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.run == r {
+			undo()
+		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.run != r || c.rec.State.Paused {
-		return
-	}
-	c.m.log.Warn("the guest answered a freeze late; thawing its processes", "id", c.rec.ID[:12])
-	if err := c.thawProcesses(context.Background(), r.client, "late freeze"); err != nil {
-		c.m.log.Error("thaw after a late freeze", "id", c.rec.ID[:12], "err", err)
+	select {
+	case err := <-answered:
+		return err
+	case <-timer.C:
+		go late()
+		return errAgentSilent
+	case <-ctx.Done():
+		go late()
+		return ctx.Err()
 	}
 }
 

@@ -58,8 +58,8 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: --memory and --cpus size the container's VM, which cannot be resized while it runs; stop the container, update it and start it again", c.rec.ID))
 	}
 	// As dockerd, a running container's pids limit changes at once.
-	if c.run != nil && pidsLimit(&hc) != pidsLimit(old) {
-		if err := c.run.client.SetLimits(ctx, proto.LimitsSpec{PidsLimit: pidsLimit(&hc)}); err != nil {
+	if r := c.run; r != nil && pidsLimit(&hc) != pidsLimit(old) {
+		if err := c.setPidsLimit(ctx, r, pidsLimit(&hc)); err != nil {
 			return resp, fmt.Errorf("Cannot update container %s: %w", c.rec.ID, err)
 		}
 	}
@@ -164,4 +164,25 @@ func pidsLimit(hc *container.HostConfig) int64 {
 		return 0
 	}
 	return *hc.PidsLimit
+}
+
+// setPidsLimit changes a running container's pids limit in its guest. A
+// guest that sets it only after askAgent gave up, when the update has
+// failed, has it set back to the recorded limit. Callers hold c.mu.
+func (c *ctr) setPidsLimit(ctx context.Context, r *run, limit int64) error {
+	set := func(ctx context.Context, limit int64) error {
+		return r.client.SetLimits(ctx, proto.LimitsSpec{PidsLimit: limit})
+	}
+	return c.askAgent(ctx, r, func(ctx context.Context) error { return set(ctx, limit) }, func() {
+		recorded := pidsLimit(c.rec.HostConfig)
+		if recorded == limit {
+			return
+		}
+		c.m.log.Warn("the guest set a pids limit late; setting the recorded one back", "id", c.rec.ID[:12])
+		ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
+		defer cancel()
+		if err := set(ctx, recorded); err != nil {
+			c.m.log.Error("set the recorded pids limit back", "id", c.rec.ID[:12], "err", err)
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -21,16 +22,17 @@ import (
 	"github.com/husk-vm/husk/shim/proto"
 )
 
-// slowFreezer is a guest agent that answers a freeze only once release
-// is closed, as a wedged guest's would once it runs again, and every
-// thaw at once. It records the freeze ops it has carried out.
-type slowFreezer struct {
+// slowAgent is a guest agent that answers a freeze or a change of
+// limits only once release is closed, as a wedged guest's would once it
+// runs again, and every thaw at once. It records the ops it has carried
+// out.
+type slowAgent struct {
 	release chan struct{}
 	mu      sync.Mutex
 	done    []string
 }
 
-func (a *slowFreezer) ops() []string {
+func (a *slowAgent) ops() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.done)
@@ -44,7 +46,7 @@ type agentConn struct {
 
 func (s agentConn) Read(p []byte) (int, error) { return s.Reader.Read(p) }
 
-func (a *slowFreezer) serve(conn net.Conn) {
+func (a *slowAgent) serve(conn net.Conn) {
 	rest, err := proto.AcceptSession(conn)
 	if err != nil {
 		return
@@ -68,13 +70,21 @@ func (a *slowFreezer) serve(conn net.Conn) {
 				return
 			}
 			var req proto.Request
-			if err := json.Unmarshal(line, &req); err != nil || req.Op != proto.OpFreeze || req.Freeze == nil {
+			if err := json.Unmarshal(line, &req); err != nil {
 				return
 			}
-			op := "thaw"
-			if req.Freeze.Frozen {
+			var op string
+			switch {
+			case req.Op == proto.OpFreeze && req.Freeze != nil && !req.Freeze.Frozen:
+				op = "thaw"
+			case req.Op == proto.OpFreeze && req.Freeze != nil:
 				op = "freeze"
 				<-a.release
+			case req.Op == proto.OpLimits && req.Limits != nil:
+				op = fmt.Sprintf("limits %d", req.Limits.PidsLimit)
+				<-a.release
+			default:
+				return
 			}
 			a.mu.Lock()
 			a.done = append(a.done, op)
@@ -100,10 +110,10 @@ func (v *stoppableVM) set(stopped bool) {
 	v.stopped = stopped
 }
 
-// silentGuest is a running container whose agent is a slowFreezer.
-func silentGuest(t *testing.T) (*Manager, *ctr, *slowFreezer, *stoppableVM) {
+// silentGuest is a running container whose agent is a slowAgent.
+func silentGuest(t *testing.T) (*Manager, *ctr, *slowAgent, *stoppableVM) {
 	t.Helper()
-	agent := &slowFreezer{release: make(chan struct{})}
+	agent := &slowAgent{release: make(chan struct{})}
 	hostEnd, guestEnd := net.Pipe()
 	go agent.serve(guestEnd)
 	client, err := host.New(hostEnd)
@@ -114,6 +124,7 @@ func silentGuest(t *testing.T) (*Manager, *ctr, *slowFreezer, *stoppableVM) {
 	vm := &stoppableVM{}
 	m := &Manager{byID: map[string]*ctr{}, byName: map[string]*ctr{}, log: slog.New(slog.DiscardHandler)}
 	c := &ctr{m: m, dir: t.TempDir(), rec: Record{ID: "0123456789abcdef0123", Name: "silent",
+		Config: &container.Config{}, HostConfig: &container.HostConfig{},
 		State: container.State{Status: container.StateRunning, Running: true}}}
 	c.run = &run{machine: vm, client: client}
 	m.byID[c.rec.ID], m.byName[c.rec.Name] = c, c
@@ -121,7 +132,7 @@ func silentGuest(t *testing.T) (*Manager, *ctr, *slowFreezer, *stoppableVM) {
 }
 
 // eventuallyOps waits for the agent to have carried out want.
-func eventuallyOps(t *testing.T, agent *slowFreezer, want ...string) {
+func eventuallyOps(t *testing.T, agent *slowAgent, want ...string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !slices.Equal(agent.ops(), want); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -170,4 +181,26 @@ func TestLateFreezeUndone(t *testing.T) {
 	}
 	close(agent.release)
 	eventuallyOps(t, agent, "freeze", "thaw")
+}
+
+// TestLatePidsLimitUndone: docker update --pids-limit of a running
+// container whose guest does not answer fails within agentTimeout and
+// records nothing; the limit the guest sets later is set back to the
+// recorded one.
+func TestLatePidsLimitUndone(t *testing.T) {
+	t.Parallel()
+	m, c, agent, _ := silentGuest(t)
+	limit := int64(50)
+	_, err := m.Update(context.Background(), "silent", UpdateOptions{Resources: container.Resources{PidsLimit: &limit}})
+	if !errors.Is(err, errAgentSilent) {
+		t.Fatalf("update of a silent guest: %v, want errAgentSilent", err)
+	}
+	c.mu.Lock()
+	recorded := c.rec.HostConfig.PidsLimit
+	c.mu.Unlock()
+	if recorded != nil {
+		t.Errorf("the failed update recorded a pids limit of %d", *recorded)
+	}
+	close(agent.release)
+	eventuallyOps(t, agent, "limits 50", "limits 0")
 }
