@@ -1,12 +1,9 @@
 package containers
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -14,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/yamux"
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/host"
+	"github.com/husk-vm/husk/shim/host/hosttest"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
@@ -38,61 +35,27 @@ func (a *slowAgent) ops() []string {
 	return slices.Clone(a.done)
 }
 
-// agentConn is conn with the bytes the session start read ahead.
-type agentConn struct {
-	io.Reader
-	net.Conn
-}
-
-func (s agentConn) Read(p []byte) (int, error) { return s.Reader.Read(p) }
-
+// serve answers the session a host.Client opens over conn.
 func (a *slowAgent) serve(conn net.Conn) {
-	rest, err := proto.AcceptSession(conn)
-	if err != nil {
-		return
-	}
-	cfg := yamux.DefaultConfig()
-	cfg.LogOutput = io.Discard
-	sess, err := yamux.Server(agentConn{rest, conn}, cfg)
-	if err != nil {
-		return
-	}
-	defer sess.Close()
-	for {
-		st, err := sess.AcceptStream()
-		if err != nil {
-			return
+	hosttest.Serve(conn, func(req proto.Request) (proto.Response, bool) {
+		var op string
+		switch {
+		case req.Op == proto.OpFreeze && req.Freeze != nil && !req.Freeze.Frozen:
+			op = "thaw"
+		case req.Op == proto.OpFreeze && req.Freeze != nil:
+			op = "freeze"
+			<-a.release
+		case req.Op == proto.OpLimits && req.Limits != nil:
+			op = fmt.Sprintf("limits %d", req.Limits.PidsLimit)
+			<-a.release
+		default:
+			return proto.Response{}, false
 		}
-		go func() {
-			defer st.Close()
-			line, err := proto.ReadLine(bufio.NewReader(st))
-			if err != nil {
-				return
-			}
-			var req proto.Request
-			if err := json.Unmarshal(line, &req); err != nil {
-				return
-			}
-			var op string
-			switch {
-			case req.Op == proto.OpFreeze && req.Freeze != nil && !req.Freeze.Frozen:
-				op = "thaw"
-			case req.Op == proto.OpFreeze && req.Freeze != nil:
-				op = "freeze"
-				<-a.release
-			case req.Op == proto.OpLimits && req.Limits != nil:
-				op = fmt.Sprintf("limits %d", req.Limits.PidsLimit)
-				<-a.release
-			default:
-				return
-			}
-			a.mu.Lock()
-			a.done = append(a.done, op)
-			a.mu.Unlock()
-			b, _ := json.Marshal(proto.Response{Version: proto.Version})
-			_, _ = st.Write(append(b, '\n'))
-		}()
-	}
+		a.mu.Lock()
+		a.done = append(a.done, op)
+		a.mu.Unlock()
+		return proto.Response{Version: proto.Version}, true
+	})
 }
 
 // stoppableVM is a VM whose vCPUs can be stopped and run again.

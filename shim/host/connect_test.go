@@ -1,9 +1,7 @@
 package host
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -12,8 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/yamux"
-
+	"github.com/husk-vm/husk/shim/host/hosttest"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
@@ -78,31 +75,9 @@ func (g *stuckGuest) dialled() int {
 
 // pingAnswerer is the agent's side of a session that answers pings.
 func pingAnswerer(conn net.Conn) {
-	rest, err := proto.AcceptSession(conn)
-	if err != nil {
-		return
-	}
-	cfg := yamux.DefaultConfig()
-	cfg.LogOutput = io.Discard
-	sess, err := yamux.Server(sessionConn{rest, conn}, cfg)
-	if err != nil {
-		return
-	}
-	defer sess.Close()
-	for {
-		st, err := sess.AcceptStream()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer st.Close()
-			if _, err := proto.ReadLine(bufio.NewReader(st)); err != nil {
-				return
-			}
-			b, _ := json.Marshal(proto.Response{Version: proto.Version})
-			_, _ = st.Write(append(b, '\n'))
-		}()
-	}
+	hosttest.Serve(conn, func(proto.Request) (proto.Response, bool) {
+		return proto.Response{Version: proto.Version}, true
+	})
 }
 
 // TestReconnectDialsAgainWhenUnanswered: a reattach whose agent channel
