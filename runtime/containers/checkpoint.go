@@ -43,12 +43,6 @@ const (
 	checkpointExitCode = sigkillExitCode
 	// sigkillExitCode is how a process killed by SIGKILL exits (128+9).
 	sigkillExitCode = 137
-	// agentTimeout bounds what the daemon waits on the agent for where
-	// it cannot wait forever: a signal's delivery, a freeze or a thaw,
-	// which hold up a kill or the container's lock (and with it docker
-	// ps). An agent answers those in milliseconds even on a loaded TCG
-	// host; one that does not is wedged with its guest.
-	agentTimeout = 5 * time.Second
 
 	// checkpointExitFile, in a container's directory, says a checkpoint
 	// is stopping the container: it is written before the VM is killed
@@ -63,9 +57,6 @@ const (
 	restoreStaging  = upperFile + ".restore"
 	restorePrevious = upperFile + ".previous"
 )
-
-// errAgentSilent: the guest's agent did not answer within agentTimeout.
-var errAgentSilent = fmt.Errorf("the guest's agent did not answer within %s", agentTimeout)
 
 // checkpointDir is the directory of c's checkpoints: dir when given (a
 // host directory, as --checkpoint-dir), else the container's own.

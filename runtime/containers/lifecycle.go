@@ -685,7 +685,7 @@ func deliver(ctx context.Context, r *run, sig syscall.Signal) error {
 	defer cancel()
 	if err := r.proc.Signal(ctx, sig); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("the guest agent did not answer within %s: %w", agentTimeout, err)
+			return errAgentSilent
 		}
 		return err
 	}

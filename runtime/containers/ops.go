@@ -225,6 +225,17 @@ func (c *ctr) freezeProcesses(ctx context.Context, r *run, why string) (bool, er
 	return true, nil
 }
 
+// agentTimeout bounds what the daemon waits on a guest's agent for where
+// it cannot wait forever: a signal's delivery, which holds up a kill, and
+// the changes made under the container's lock, which holds up every
+// docker ps (a freeze, a thaw, a pids limit, a resumed guest's clock). An
+// agent answers those in milliseconds even on a loaded TCG host; one that
+// does not is wedged with its guest.
+const agentTimeout = 5 * time.Second
+
+// errAgentSilent: the guest's agent did not answer within agentTimeout.
+var errAgentSilent = fmt.Errorf("the guest's agent did not answer within %s", agentTimeout)
+
 // askAgent has r's agent make a change (call) for a caller that holds
 // c.mu, and with it every docker ps: the agent gets agentTimeout, or
 // until ctx ends, to answer, and is errAgentSilent after that. Its guest
