@@ -115,40 +115,12 @@ func TestChangesToWedgedGuest(t *testing.T) {
 			mustDocker(t, "unpause", name)
 		}},
 		{"checkpoint", func(t *testing.T, name, id string) {
-			r := docker(t, "checkpoint", "create", "--leave-running", name, "cp")
-			if r.Code == 0 || !strings.Contains(r.Stderr, "the guest's agent did not answer within") {
-				t.Errorf("docker checkpoint create of a wedged guest: %+v, want the agent's silence", r)
-			}
-			if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Status}}", name)); got != "running" {
-				t.Errorf("after the failed checkpoint %s is %s, want running", name, got)
-			}
-			if err := vmQMP(context.Background(), suite.DaemonRoot, id, "cont", nil, nil); err != nil {
-				t.Fatalf("resume %s's vCPUs: %v", id[:12], err)
-			}
-			eventually(t, "the late freeze undone", func() string {
-				if !daemonLogHas(t, "the guest answered a freeze late; thawing its processes", "id="+id[:12]) {
-					return "no line saying the daemon thawed " + id[:12]
-				}
-				return ""
-			})
+			refusedThenUndone(t, name, id, []string{"checkpoint", "create", "--leave-running", name, "cp"},
+				"{{.State.Status}}", "running", "the guest answered a freeze late; thawing its processes")
 		}},
 		{"update", func(t *testing.T, name, id string) {
-			r := docker(t, "update", "--pids-limit", "50", name)
-			if r.Code == 0 || !strings.Contains(r.Stderr, "the guest's agent did not answer within") {
-				t.Errorf("docker update of a wedged guest: %+v, want the agent's silence", r)
-			}
-			if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.HostConfig.PidsLimit}}", name)); got != "<nil>" {
-				t.Errorf("after the failed update %s's pids limit is %s, want none", name, got)
-			}
-			if err := vmQMP(context.Background(), suite.DaemonRoot, id, "cont", nil, nil); err != nil {
-				t.Fatalf("resume %s's vCPUs: %v", id[:12], err)
-			}
-			eventually(t, "the late pids limit undone", func() string {
-				if !daemonLogHas(t, "the guest set a pids limit late; setting the recorded one back", "id="+id[:12]) {
-					return "no line saying the daemon set the pids limit back in " + id[:12]
-				}
-				return ""
-			})
+			refusedThenUndone(t, name, id, []string{"update", "--pids-limit", "50", name},
+				"{{.HostConfig.PidsLimit}}", "<nil>", "the guest set a pids limit late; setting the recorded one back")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,6 +148,30 @@ func TestChangesToWedgedGuest(t *testing.T) {
 			mustDocker(t, "rm", "-f", name)
 		})
 	}
+}
+
+// refusedThenUndone runs docker args on the wedged container: it must
+// fail for its agent's silence and leave inspect's format at want. The
+// test then runs the guest again, which carries the change out late, and
+// waits for the daemon's line (undone) saying it undid it.
+func refusedThenUndone(t *testing.T, name, id string, args []string, format, want, undone string) {
+	t.Helper()
+	r := docker(t, args...)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "the guest's agent did not answer within") {
+		t.Errorf("docker %s of a wedged guest: %+v, want the agent's silence", args[0], r)
+	}
+	if got := strings.TrimSpace(mustDocker(t, "inspect", "-f", format, name)); got != want {
+		t.Errorf("after the failed %s, %s of %s is %s, want %s", args[0], format, name, got, want)
+	}
+	if err := vmQMP(context.Background(), suite.DaemonRoot, id, "cont", nil, nil); err != nil {
+		t.Fatalf("resume %s's vCPUs: %v", id[:12], err)
+	}
+	eventually(t, "the late change undone", func() string {
+		if !daemonLogHas(t, undone, "id="+id[:12]) {
+			return fmt.Sprintf("no line %q for %s", undone, id[:12])
+		}
+		return ""
+	})
 }
 
 // beats counts the lines the container's loop has written to /tmp/beats.
