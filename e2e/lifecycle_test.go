@@ -350,6 +350,59 @@ func TestDaemonCrashMidStart(t *testing.T) {
 	mustDocker(t, "rm", "-f", name)
 }
 
+// TestAutoRemoveAfterDaemonCrash: a --rm container that does not run
+// after a daemon restart is removed, as dockerd removes it at its start:
+// here one whose VM died while no daemon was there to see it exit, and
+// one created but never started. One whose VM survived runs on, and is
+// removed once it exits.
+func TestAutoRemoveAfterDaemonCrash(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != "huskd" {
+		t.Skip("dockerd without live-restore stops every container when it crashes")
+	}
+	img := pulled(t, testimages.Busybox)
+	lost, created, survivor := containerName(t, "lost"), containerName(t, "created"), containerName(t, "survivor")
+	lostID := strings.TrimSpace(mustDocker(t, "run", "-d", "--rm", "--name", lost, img, "sleep", "600"))
+	createdID := strings.TrimSpace(mustDocker(t, "create", "--rm", "--name", created, img, "true"))
+	mustDocker(t, "run", "-d", "--rm", "--name", survivor, img, "sleep", "600")
+	pid := vmmPID(t, lost)
+
+	start := killDaemon(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s's VMM: %v", lost, err)
+	}
+	eventually(t, "the VMM gone", func() string {
+		left, err := harness.ProcessesMentioning("process=husk-" + lostID[:12])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) > 0 {
+			return fmt.Sprintf("pid %d still runs", left[0].PID)
+		}
+		return ""
+	})
+	start()
+
+	for name, id := range map[string]string{lost: lostID, created: createdID} {
+		if r := docker(t, "inspect", name); r.Code == 0 || !strings.Contains(r.Stderr, "No such") {
+			t.Errorf("inspect %s after the restart: %+v, want it removed", name, r)
+		}
+		if !daemonLogHas(t, "removing a --rm container that is not running after the daemon restart", "id="+id[:12]) {
+			t.Errorf("no line saying the daemon removed %s", name)
+		}
+	}
+	if got := mustDocker(t, "inspect", "-f", "{{.State.Status}}", survivor); got != "running\n" {
+		t.Fatalf("%s after the restart is %q, want running", survivor, got)
+	}
+	mustDocker(t, "kill", survivor)
+	eventually(t, "the survivor removed once it exited", func() string {
+		if r := docker(t, "inspect", survivor); r.Code == 0 || !strings.Contains(r.Stderr, "No such") {
+			return fmt.Sprintf("inspect: %+v", r)
+		}
+		return ""
+	})
+}
+
 // TestDeadVMMIsReported: when a container's VMM dies under it, the
 // container ends as exited with the error said, it can be removed, and
 // nothing of it is left running (the suite checks for leftover VMMs).

@@ -875,36 +875,55 @@ func (m *Manager) remove(ctx context.Context, c *ctr, ref string, opts RemoveOpt
 // away: their VMMs survive it, so the runtime reattaches to the VMM and
 // opens a new agent session; a container whose VM is gone is marked exited.
 // It starts nothing: RestartOnBoot does that once the networks are up.
+//
+// A --rm container that does not run after this is removed, as dockerd
+// removes one at its start: its removal was due when its process ended,
+// and no daemon was there to carry it out (or it never started, and no
+// later daemon will remove it for it).
 func (m *Manager) Restore(ctx context.Context) {
+	var autoRemove []*ctr
 	for _, c := range m.all() {
 		c.mu.Lock()
-		if c.rec.RemovalInProgress {
-			c.markDead(ctx)
-			c.mu.Unlock()
-			continue
-		}
-		if c.rec.State.Running {
-			if err := c.reattach(ctx); err != nil {
-				m.log.Warn("container did not survive the daemon restart", "id", c.rec.ID[:12], "err", err)
-				if c.rec.VMDir != "" {
-					// virtiofsd outlives a VMM killed while the daemon
-					// was away only until it notices; make sure.
-					m.findShares(c.rec.VMDir).kill(m.log)
-				}
-				c.rec.State = lostState(c.dir, c.rec.State.StartedAt)
-				if err := c.save(); err != nil {
-					m.log.Error("persist restored state", "id", c.rec.ID[:12], "err", err)
-					c.mu.Unlock()
-					continue
-				}
-			}
-			// Recorded, or the VM runs on: the checkpoint did not stop it.
-			c.dropCheckpointExitNote()
-		} else {
-			c.killStrayVM(ctx, "killing the VM of a start the previous daemon did not finish")
+		c.restoreAfterRestart(ctx)
+		if c.run == nil && c.rec.HostConfig.AutoRemove {
+			autoRemove = append(autoRemove, c)
 		}
 		c.mu.Unlock()
 	}
+	for _, c := range autoRemove {
+		m.log.Info("removing a --rm container that is not running after the daemon restart", "id", c.rec.ID[:12])
+		if err := m.remove(ctx, c, c.rec.ID, RemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+			m.log.Error("auto-remove after the daemon restart", "id", c.rec.ID[:12], "err", err)
+		}
+	}
+}
+
+// restoreAfterRestart is Restore for one container. Callers hold c.mu.
+func (c *ctr) restoreAfterRestart(ctx context.Context) {
+	m := c.m
+	if c.rec.RemovalInProgress {
+		c.markDead(ctx)
+		return
+	}
+	if !c.rec.State.Running {
+		c.killStrayVM(ctx, "killing the VM of a start the previous daemon did not finish")
+		return
+	}
+	if err := c.reattach(ctx); err != nil {
+		m.log.Warn("container did not survive the daemon restart", "id", c.rec.ID[:12], "err", err)
+		if c.rec.VMDir != "" {
+			// virtiofsd outlives a VMM killed while the daemon was away
+			// only until it notices; make sure.
+			m.findShares(c.rec.VMDir).kill(m.log)
+		}
+		c.rec.State = lostState(c.dir, c.rec.State.StartedAt)
+		if err := c.save(); err != nil {
+			m.log.Error("persist restored state", "id", c.rec.ID[:12], "err", err)
+			return
+		}
+	}
+	// Recorded, or the VM runs on: the checkpoint did not stop it.
+	c.dropCheckpointExitNote()
 }
 
 // markDead is Restore for a container the previous daemon died removing.

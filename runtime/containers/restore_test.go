@@ -108,3 +108,56 @@ func TestUnfinishedRemoval(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoRemoveOnRestore: a --rm container that does not run after a
+// daemon restart is removed, as dockerd removes it at its start: one
+// whose VM did not survive, one that had exited with no daemon there to
+// remove it, one never started, and one the previous daemon died
+// removing. A container without --rm is kept.
+func TestAutoRemoveOnRestore(t *testing.T) {
+	running := container.State{Status: container.StateRunning, Running: true, StartedAt: "2026-11-22T10:00:00Z"}
+	exited := container.State{Status: container.StateExited, ExitCode: 0, StartedAt: "2026-11-22T10:00:00Z",
+		FinishedAt: "2026-11-22T10:01:00Z"}
+	for _, tc := range []struct {
+		name       string
+		autoRemove bool
+		state      container.State
+		removing   bool
+		wantKept   container.ContainerState // the status kept, or "" for removed
+	}{
+		{"VM gone", true, running, false, ""},
+		{"exited", true, exited, false, ""},
+		{"created", true, container.State{Status: container.StateCreated}, false, ""},
+		{"removal unfinished", true, running, true, ""},
+		{"VM gone without --rm", false, running, false, container.StateExited},
+		{"exited without --rm", false, exited, false, container.StateExited},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Manager{byID: map[string]*ctr{}, byName: map[string]*ctr{}, log: slog.New(slog.DiscardHandler)}
+			dir := t.TempDir()
+			id := strings.Repeat("cd", 32)
+			c, err := m.newCtr(dir, Record{ID: id, Name: "gone", Config: &container.Config{},
+				HostConfig: &container.HostConfig{AutoRemove: tc.autoRemove}, State: tc.state, RemovalInProgress: tc.removing})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.byID[id], m.byName["gone"] = c, c
+
+			m.Restore(context.Background())
+			_, lookupErr := m.lookup("gone")
+			_, statErr := os.Stat(dir)
+			if tc.wantKept == "" {
+				if !errdefs.IsNotFound(lookupErr) || !os.IsNotExist(statErr) {
+					t.Errorf("after the restore: lookup %v, directory %v; want the container removed", lookupErr, statErr)
+				}
+				return
+			}
+			if lookupErr != nil || statErr != nil {
+				t.Fatalf("after the restore: lookup %v, directory %v; want the container kept", lookupErr, statErr)
+			}
+			if got := c.rec.State.Status; got != tc.wantKept {
+				t.Errorf("kept as %s, want %s", got, tc.wantKept)
+			}
+		})
+	}
+}
