@@ -63,9 +63,9 @@ func TestProcessEnv(t *testing.T) {
 		{"default PATH added", container.Config{Hostname: "h", Env: []string{"A=1"}},
 			[]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=h", "A=1"}},
 		{"image PATH kept, TERM with tty", container.Config{Hostname: "h", Tty: true, Env: []string{"PATH=/x"}},
-			[]string{"HOSTNAME=h", "TERM=xterm", "PATH=/x"}},
+			[]string{"PATH=/x", "HOSTNAME=h", "TERM=xterm"}},
 		{"user HOSTNAME wins", container.Config{Hostname: "h", Env: []string{"HOSTNAME=mine", "PATH=/x"}},
-			[]string{"HOSTNAME=mine", "PATH=/x"}},
+			[]string{"PATH=/x", "HOSTNAME=mine"}},
 	}
 	for _, tt := range tests {
 		if got := processEnv(&tt.cfg, nil); !slices.Equal(got, tt.want) {

@@ -1139,22 +1139,17 @@ func cpus(hc *container.HostConfig, def int) int {
 	return def
 }
 
-// processEnv is the main process's environment, as dockerd builds it.
+// processEnv is the main process's environment, as dockerd builds it
+// (CreateDaemonEnvironment): the default PATH, HOSTNAME, TERM with a tty
+// and the links' variables, in that order, then the container's own,
+// each of which replaces the default of its name in place.
 func processEnv(cfg *container.Config, linked []string) []string {
-	env := []string{"HOSTNAME=" + cfg.Hostname}
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + cfg.Hostname}
 	if cfg.Tty {
 		env = append(env, "TERM=xterm")
 	}
-	// As dockerd: the links' variables, then the container's own, which
-	// override them.
 	env = append(env, linked...)
-	env = mergeEnv(env, cfg.Env)
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "PATH=") {
-			return env
-		}
-	}
-	return append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
+	return mergeEnv(env, cfg.Env)
 }
 
 func hostsFile(hostname string) string {
