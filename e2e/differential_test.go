@@ -230,6 +230,13 @@ func scenarios() []scenario {
 		{name: "run env order", args: a("run", "--rm", "-h", "box", "-e", "A=1", "{img}", "env")},
 		{name: "run env order with tty and PATH", args: a("run", "--rm", "-t", "-h", "box", "-e", "PATH=/bin:/usr/bin", "{img}", "env")},
 		{name: "exec env order", args: a("exec", "-e", "B=2", diffBox, "env")},
+		// Groups app is not in: one by name, one by a number the group file
+		// does not have.
+		{name: "run group-add beyond the user's", args: a("run", "--rm", "--group-add", "root", "--group-add", "1234", "-u", "1000", "{img}", "id")},
+		{name: "run group-add unknown", args: a("run", "--rm", "--group-add", "nosuch", "{img}", "id")},
+		{name: "exec group-add", args: a("exec", "-u", "1000", "diff-groups", "id"),
+			setup:   [][]string{{"run", "-d", "--name", "diff-groups", "--group-add", "1234", "{img}", "sleep", "1000"}},
+			cleanup: [][]string{{"rm", "-f", "diff-groups"}}},
 		{name: "run read-only bind", args: a("run", "--rm", "--mount", "type=bind,src=/etc/os-release,dst=/osr,readonly", "{img}", "sh", "-c", "head -1 /osr; touch /osr")},
 		{name: "run anonymous volume", args: a("run", "--rm", "-v", "/data", "{img}", "sh", "-c", "ls -ld /data | cut -c1-10; touch /data/x && echo ok")},
 		{name: "run named volume gets the image's files", args: a("run", "--rm", "-v", "diffvol3:/etc", "{img}", "ls", "/etc"),

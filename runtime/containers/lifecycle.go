@@ -184,7 +184,7 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	}
 	machine, client, sh, proc, err := c.bootVM(ctx, true, linkHosts, &proto.ProcessSpec{
 		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg, linkEnv),
-		Cwd: cfg.WorkingDir, User: cfg.User, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
+		Cwd: cfg.WorkingDir, User: cfg.User, GroupAdd: c.rec.HostConfig.GroupAdd, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
 		ConsoleSize:  consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
 		Rlimits:      containerRlimits(c.rec.HostConfig),
 		Capabilities: containerCapabilities(c.rec.HostConfig, false),

@@ -268,7 +268,7 @@ func extractHere(enc *json.Encoder, spec proto.ArchiveSpec) error {
 	}
 	opts := extractOptions{noOverwriteDirNonDir: spec.NoOverwriteDirNonDir}
 	if spec.ChownTo != "" {
-		u, err := lookupUser(spec.ChownTo)
+		u, err := lookupUser(spec.ChownTo, nil)
 		if err != nil {
 			return err
 		}

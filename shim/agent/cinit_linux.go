@@ -162,7 +162,7 @@ func (p *cinitProgram) failure(report []byte) *agentError {
 // operations carry C strings).
 func nulError(cfg initConfig) error {
 	spec := cfg.Process
-	for _, list := range [][]string{spec.Args, spec.Env, {cfg.Root, cfg.Hostname, spec.Cwd, spec.User}} {
+	for _, list := range [][]string{spec.Args, spec.Env, spec.GroupAdd, {cfg.Root, cfg.Hostname, spec.Cwd, spec.User}} {
 		for _, s := range list {
 			if strings.ContainsRune(s, 0) {
 				return execError(spec.Args[0], unix.EINVAL)

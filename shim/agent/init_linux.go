@@ -48,7 +48,7 @@ func enterRoot(cfg initConfig) (_ execUser, env []string, cwd string, _ error) {
 		return execUser{}, nil, "", fmt.Errorf("chdir /: %w", err)
 	}
 	spec := cfg.Process
-	u, err := lookupUser(spec.User)
+	u, err := lookupUser(spec.User, spec.GroupAdd)
 	if err != nil {
 		return execUser{}, nil, "", err
 	}

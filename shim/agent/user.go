@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -42,14 +43,65 @@ func (e *userError) Error() string { return e.msg }
 // missing), following the rules runc applies: a name must exist; a number
 // need not; the user's supplementary groups are added only when no group was
 // given explicitly. Messages are worded as Docker reports them.
-func resolveUser(spec string, passwd, group io.Reader) (execUser, error) {
-	u, err := resolveUserGroups(spec, passwd, group)
-	if err == nil && !slices.Contains(u.Groups, u.GID) {
+//
+// groupAdd is Docker's --group-add: more supplementary groups, by name or
+// number, which dockerd resolves with runc's GetAdditionalGroups.
+func resolveUser(spec string, groupAdd []string, passwd, group io.Reader) (execUser, error) {
+	var groupFile []byte
+	if group != nil {
+		var err error
+		if groupFile, err = io.ReadAll(group); err != nil {
+			return execUser{}, fmt.Errorf("read group: %w", err)
+		}
+	}
+	u, err := resolveUserGroups(spec, passwd, bytes.NewReader(groupFile))
+	if err != nil {
+		return u, err
+	}
+	if !slices.Contains(u.Groups, u.GID) {
 		// runc sets the primary group as a supplementary group too, after
 		// the memberships: `id` lists it under groups=.
 		u.Groups = append(u.Groups, u.GID)
 	}
-	return u, err
+	added, err := additionalGroups(groupAdd, bytes.NewReader(groupFile))
+	if err != nil {
+		return u, err
+	}
+	for _, gid := range added {
+		if !slices.Contains(u.Groups, gid) {
+			u.Groups = append(u.Groups, gid)
+		}
+	}
+	return u, nil
+}
+
+// additionalGroups resolves --group-add values as runc does: a group's
+// name or number as the group file has it, else any number in range.
+func additionalGroups(names []string, group io.Reader) ([]int, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	groups, err := parseGroup(group)
+	if err != nil {
+		return nil, fmt.Errorf("read group: %w", err)
+	}
+	var gids []int
+	for _, name := range names {
+		i := slices.IndexFunc(groups, func(g groupEntry) bool { return g.name == name || strconv.Itoa(g.gid) == name })
+		if i >= 0 {
+			gids = append(gids, groups[i].gid)
+			continue
+		}
+		gid, err := strconv.ParseInt(name, 10, 64)
+		if err != nil {
+			return nil, &userError{fmt.Sprintf("Unable to find group %s: no matching entries in group file", name)}
+		}
+		if gid < 0 || gid > 1<<31-1 {
+			return nil, &userError{fmt.Sprintf("uids and gids must be in range 0-%d", 1<<31-1)}
+		}
+		gids = append(gids, int(gid))
+	}
+	return gids, nil
 }
 
 func resolveUserGroups(spec string, passwd, group io.Reader) (execUser, error) {
@@ -190,9 +242,9 @@ func openOptional(path string) (io.ReadCloser, error) {
 	return f, nil
 }
 
-// lookupUser resolves a --user value against the container's files, under
-// the calling thread's root.
-func lookupUser(spec string) (execUser, error) {
+// lookupUser resolves a --user value, and --group-add's, against the
+// container's files, under the calling thread's root.
+func lookupUser(spec string, groupAdd []string) (execUser, error) {
 	passwd, err := openOptional("/etc/passwd")
 	if err != nil {
 		return execUser{}, err
@@ -201,7 +253,7 @@ func lookupUser(spec string) (execUser, error) {
 	if err != nil {
 		return execUser{}, err
 	}
-	u, err := resolveUser(spec, passwd, group)
+	u, err := resolveUser(spec, groupAdd, passwd, group)
 	if passwd != nil {
 		passwd.Close()
 	}

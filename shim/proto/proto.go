@@ -191,8 +191,11 @@ type ProcessSpec struct {
 	// User is Docker's --user: "", "name", "uid", "name:group", "uid:gid".
 	// The agent resolves names through the container root's /etc/passwd and
 	// /etc/group, and adds the user's supplementary groups.
-	User     string `json:"user,omitempty"`
-	Terminal bool   `json:"terminal,omitempty"`
+	User string `json:"user,omitempty"`
+	// GroupAdd is Docker's --group-add: supplementary groups beyond the
+	// user's, by name (in the container's /etc/group) or number.
+	GroupAdd []string `json:"groupAdd,omitempty"`
+	Terminal bool     `json:"terminal,omitempty"`
 	// ConsoleSize is the terminal's initial size when Terminal is set.
 	ConsoleSize *WindowSize `json:"consoleSize,omitempty"`
 	// Stdin: the host will attach an OpStdin stream; otherwise stdin is
