@@ -2,6 +2,7 @@ package apicompat
 
 import (
 	"context"
+	"slices"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
@@ -37,6 +38,9 @@ type legacyNetworkSettings struct {
 // inspectBody is GET /containers/{id}/json's answer for the client's API
 // version.
 func inspectBody(ctx context.Context, resp container.InspectResponse) any {
+	if resp.NetworkSettings != nil && versionLess(apiVersion(ctx), "1.45") {
+		resp.NetworkSettings = legacyAliases(resp)
+	}
 	if resp.NetworkSettings == nil || !versionLess(apiVersion(ctx), "1.52") {
 		return resp
 	}
@@ -66,4 +70,35 @@ func inspectBody(ctx context.Context, resp container.InspectResponse) any {
 		container.InspectResponse
 		NetworkSettings *legacyNetworkSettings
 	}{resp, legacy}
+}
+
+// legacyAliases is resp's NetworkSettings as dockerd shows it to clients
+// of API 1.44 and older: each user-defined network's Aliases hold the
+// container's short ID and hostname too, by which its DNS answers. API
+// 1.45 moved them to DNSNames, and clients of that era (Compose v1,
+// older SDKs) read them from Aliases. resp's own settings are left as
+// they are: they may be the daemon's.
+func legacyAliases(resp container.InspectResponse) *container.NetworkSettings {
+	ns := *resp.NetworkSettings
+	ns.Networks = make(map[string]*network.EndpointSettings, len(resp.NetworkSettings.Networks))
+	var hostname string
+	if resp.Config != nil {
+		hostname = resp.Config.Hostname
+	}
+	shortID := resp.ID
+	if len(shortID) > 12 {
+		shortID = shortID[:12]
+	}
+	for name, ep := range resp.NetworkSettings.Networks {
+		if ep != nil && container.NetworkMode(name).IsUserDefined() {
+			ep = ep.Copy()
+			for _, alias := range []string{shortID, hostname} {
+				if alias != "" && !slices.Contains(ep.Aliases, alias) {
+					ep.Aliases = append(ep.Aliases, alias)
+				}
+			}
+		}
+		ns.Networks[name] = ep
+	}
+	return &ns
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/moby/moby/api/types/container"
@@ -49,5 +50,49 @@ func TestInspectBodyLegacyNetworkFields(t *testing.T) {
 		if _, ok := ns["Networks"]; !ok {
 			t.Errorf("API %s: no Networks", tt.version)
 		}
+	}
+}
+
+// TestInspectBodyLegacyAliases: clients of API 1.44 and older find the
+// container's short ID and hostname among a user-defined network's
+// Aliases, as dockerd shows them; later clients, and the default
+// bridge, do not; the response inspected is left unchanged.
+func TestInspectBodyLegacyAliases(t *testing.T) {
+	id := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	resp := container.InspectResponse{ID: id, Config: &container.Config{Hostname: "web-host"},
+		NetworkSettings: &container.NetworkSettings{Networks: map[string]*network.EndpointSettings{
+			"bridge": {},
+			"appnet": {Aliases: []string{"web", "0123456789ab"}},
+		}}}
+	tests := []struct {
+		version    string
+		wantAppnet []string
+	}{
+		{"1.41", []string{"web", "0123456789ab", "web-host"}},
+		{"1.44", []string{"web", "0123456789ab", "web-host"}},
+		{"1.45", []string{"web", "0123456789ab"}},
+		{"1.50", []string{"web", "0123456789ab"}},
+	}
+	for _, tt := range tests {
+		ctx := context.WithValue(context.Background(), apiVersionKey{}, tt.version)
+		b, err := json.Marshal(inspectBody(ctx, resp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			NetworkSettings struct {
+				Networks map[string]struct{ Aliases []string }
+			}
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		nets := got.NetworkSettings.Networks
+		if !slices.Equal(nets["appnet"].Aliases, tt.wantAppnet) || nets["bridge"].Aliases != nil {
+			t.Errorf("API %s: appnet aliases %q, bridge %q; want %q and none", tt.version, nets["appnet"].Aliases, nets["bridge"].Aliases, tt.wantAppnet)
+		}
+	}
+	if got := resp.NetworkSettings.Networks["appnet"].Aliases; len(got) != 2 {
+		t.Errorf("the inspected response changed: aliases %q", got)
 	}
 }
