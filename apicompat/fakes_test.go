@@ -332,14 +332,14 @@ func (f *fakeImages) List(_ context.Context, opts ImageListOptions) ([]image.Sum
 	if opts.All {
 		return nil, nil
 	}
-	return []image.Summary{{ID: "sha256:aa", RepoTags: []string{"alpine:latest"}}}, nil
+	return []image.Summary{{ID: "sha256:aa", RepoTags: []string{"alpine:latest"}, Size: 1234}}, nil
 }
 
 func (f *fakeImages) Inspect(_ context.Context, ref string) (image.InspectResponse, error) {
 	if ref != "localhost:5000/a/b:1" {
 		return image.InspectResponse{}, errdefs.ErrNotFound.WithMessage("No such image: " + ref)
 	}
-	return image.InspectResponse{ID: "sha256:bb", RepoTags: []string{ref}}, nil
+	return image.InspectResponse{ID: "sha256:bb", RepoTags: []string{ref}, Size: 5678}, nil
 }
 
 func (f *fakeImages) Remove(_ context.Context, ref string, force, prune bool) ([]image.DeleteResponse, error) {

@@ -85,13 +85,37 @@ func (s *server) listImages(ctx context.Context, w http.ResponseWriter, r *http.
 	if list == nil {
 		list = []image.Summary{}
 	}
+	if versionLess(apiVersion(ctx), "1.44") {
+		legacy := make([]legacyImageSummary, len(list))
+		for i, img := range list {
+			legacy[i] = legacyImageSummary{img, img.Size}
+		}
+		return writeJSON(w, http.StatusOK, legacy)
+	}
 	return writeJSON(w, http.StatusOK, list)
 }
+
+// legacyImageSummary and legacyImageInspect are an image as dockerd shows
+// it to clients of API 1.43 and older, whose VirtualSize (the moby types
+// dropped it) was the image's Size.
+type (
+	legacyImageSummary struct {
+		image.Summary
+		VirtualSize int64
+	}
+	legacyImageInspect struct {
+		image.InspectResponse
+		VirtualSize int64
+	}
+)
 
 func (s *server) inspectImage(ctx context.Context, w http.ResponseWriter, _ *http.Request, vars map[string]string) error {
 	resp, err := s.cfg.Images.Inspect(ctx, vars["name"])
 	if err != nil {
 		return err
+	}
+	if versionLess(apiVersion(ctx), "1.44") {
+		return writeJSON(w, http.StatusOK, legacyImageInspect{resp, resp.Size})
 	}
 	return writeJSON(w, http.StatusOK, resp)
 }

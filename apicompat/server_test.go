@@ -530,3 +530,38 @@ func TestImportDecompresses(t *testing.T) {
 		t.Errorf("imported %+v, want %+v", env.images.imported, want)
 	}
 }
+
+// TestLegacyImageVirtualSize: clients of API 1.43 and older get an
+// image's VirtualSize, its Size, as dockerd gives it them; later ones do
+// not.
+func TestLegacyImageVirtualSize(t *testing.T) {
+	env := newTestEnv(t)
+	for _, tc := range []struct {
+		path string
+		want any
+	}{
+		{"/v1.41/images/json", 1234.0},
+		{"/v1.43/images/localhost:5000/a/b:1/json", 5678.0},
+		{"/v1.44/images/json", nil},
+		{"/v1.50/images/localhost:5000/a/b:1/json", nil},
+	} {
+		r := env.do(t, "GET", tc.path, "", nil)
+		if r.status != 200 {
+			t.Fatalf("%s: status %d: %s", tc.path, r.status, r.body)
+		}
+		var img map[string]any
+		body := strings.TrimSpace(r.body)
+		if strings.HasPrefix(body, "[") {
+			var list []map[string]any
+			if err := json.Unmarshal([]byte(body), &list); err != nil || len(list) != 1 {
+				t.Fatalf("%s: %q: %v", tc.path, body, err)
+			}
+			img = list[0]
+		} else if err := json.Unmarshal([]byte(body), &img); err != nil {
+			t.Fatalf("%s: %q: %v", tc.path, body, err)
+		}
+		if img["VirtualSize"] != tc.want || img["Size"] == nil || img["Id"] == nil {
+			t.Errorf("%s: VirtualSize %v, Size %v, Id %v; want VirtualSize %v beside the rest", tc.path, img["VirtualSize"], img["Size"], img["Id"], tc.want)
+		}
+	}
+}
