@@ -5,9 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/containerd/errdefs"
@@ -310,6 +314,7 @@ func (s *server) containerLogs(ctx context.Context, w http.ResponseWriter, r *ht
 		Timestamps: boolValue(r, "timestamps"),
 		Tail:       -1,
 	}
+	details := boolValue(r, "details")
 	if !opts.Stdout && !opts.Stderr {
 		return errdefs.ErrInvalidArgument.WithMessage("You must choose at least one stream")
 	}
@@ -333,6 +338,10 @@ func (s *server) containerLogs(ctx context.Context, w http.ResponseWriter, r *ht
 		return err
 	}
 	tty := ctr.Config != nil && ctr.Config.Tty
+	var prefix []byte
+	if details {
+		prefix = append(logAttrs(ctr), ' ')
+	}
 	entries, err := s.cfg.Containers.Logs(ctx, name, opts)
 	if err != nil {
 		return err
@@ -368,7 +377,7 @@ func (s *server) containerLogs(ctx context.Context, w http.ResponseWriter, r *ht
 			default:
 				continue
 			}
-			if err := writeLogEntry(dst, e, opts.Timestamps); err != nil {
+			if err := writeLogEntry(dst, e, opts.Timestamps, prefix); err != nil {
 				// The client went away.
 				return nil
 			}
@@ -377,14 +386,19 @@ func (s *server) containerLogs(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 }
 
-// writeLogEntry writes one stored chunk. With timestamps every line gets
-// the prefix, as in dockerd, whose log drivers store one line a message.
-func writeLogEntry(w io.Writer, e LogEntry, timestamps bool) error {
-	if !timestamps {
+// writeLogEntry writes one stored chunk. With timestamps, or details
+// (their attributes, then a space), every line gets the prefix, as in
+// dockerd, whose log drivers store one line a message.
+func writeLogEntry(w io.Writer, e LogEntry, timestamps bool, details []byte) error {
+	if !timestamps && details == nil {
 		_, err := w.Write(e.Data)
 		return err
 	}
-	prefix := e.Time.UTC().Format(rfc3339NanoFixed) + " "
+	var prefix []byte
+	if timestamps {
+		prefix = []byte(e.Time.UTC().Format(rfc3339NanoFixed) + " ")
+	}
+	prefix = append(prefix, details...)
 	data := e.Data
 	for len(data) > 0 {
 		line := data
@@ -392,9 +406,63 @@ func writeLogEntry(w io.Writer, e LogEntry, timestamps bool) error {
 			line = data[:i+1]
 		}
 		data = data[len(line):]
-		if _, err := w.Write(append([]byte(prefix), line...)); err != nil {
+		if _, err := w.Write(append(prefix[:len(prefix):len(prefix)], line...)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// logAttrs are the attributes docker logs --details shows before each
+// line, as dockerd's json-file driver records them: the labels and
+// environment variables its log options name (labels, labels-regex, env,
+// env-regex), sorted, query-escaped, joined by commas.
+func logAttrs(ctr container.InspectResponse) []byte {
+	if ctr.HostConfig == nil || ctr.Config == nil {
+		return nil
+	}
+	opts := ctr.HostConfig.LogConfig.Config
+	attrs := map[string]string{}
+	for _, k := range strings.Split(opts["labels"], ",") {
+		if v, ok := ctr.Config.Labels[k]; ok && k != "" {
+			attrs[k] = v
+		}
+	}
+	env := map[string]string{}
+	for _, kv := range ctr.Config.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	for _, k := range strings.Split(opts["env"], ",") {
+		if v, ok := env[k]; ok && k != "" {
+			attrs[k] = v
+		}
+	}
+	for _, m := range []struct {
+		pattern string
+		from    map[string]string
+	}{{opts["labels-regex"], ctr.Config.Labels}, {opts["env-regex"], env}} {
+		if m.pattern == "" {
+			continue
+		}
+		re, err := regexp.Compile(m.pattern)
+		if err != nil {
+			continue // dockerd refuses it when the container is created
+		}
+		for k, v := range m.from {
+			if re.MatchString(k) {
+				attrs[k] = v
+			}
+		}
+	}
+	keys := slices.Sorted(maps.Keys(attrs))
+	var b []byte
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, url.QueryEscape(k)+"="+url.QueryEscape(attrs[k])...)
+	}
+	return b
 }

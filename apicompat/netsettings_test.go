@@ -96,3 +96,28 @@ func TestInspectBodyLegacyAliases(t *testing.T) {
 		t.Errorf("the inspected response changed: aliases %q", got)
 	}
 }
+
+// TestLogAttrs: docker logs --details shows the labels and variables the
+// log options name, sorted and query-escaped, as dockerd's json-file
+// driver records them.
+func TestLogAttrs(t *testing.T) {
+	ctr := container.InspectResponse{
+		Config: &container.Config{Labels: map[string]string{"app": "web", "tier": "x y", "other": "no"},
+			Env: []string{"FOO=bar", "PATH=/bin", "SECRET=s"}},
+		HostConfig: &container.HostConfig{},
+	}
+	for _, tc := range []struct {
+		opts map[string]string
+		want string
+	}{
+		{nil, ""},
+		{map[string]string{"labels": "app,missing"}, "app=web"},
+		{map[string]string{"labels": "app", "labels-regex": "^ti", "env": "FOO"}, "FOO=bar,app=web,tier=x+y"},
+		{map[string]string{"env-regex": "^(FOO|PATH)$"}, "FOO=bar,PATH=%2Fbin"},
+	} {
+		ctr.HostConfig.LogConfig.Config = tc.opts
+		if got := string(logAttrs(ctr)); got != tc.want {
+			t.Errorf("log options %v: %q, want %q", tc.opts, got, tc.want)
+		}
+	}
+}
