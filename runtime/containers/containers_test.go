@@ -177,3 +177,32 @@ func TestListNewestFirst(t *testing.T) {
 		t.Errorf("listed %s, want %s", got, want)
 	}
 }
+
+// TestParseSecurityOpt: --security-opt as dockerd reads it, its
+// refusals in its words.
+func TestParseSecurityOpt(t *testing.T) {
+	for _, tc := range []struct {
+		opts    []string
+		want    bool
+		wantErr string
+	}{
+		{nil, false, ""},
+		{[]string{"no-new-privileges"}, true, ""},
+		{[]string{"no-new-privileges=true", "no-new-privileges:false"}, false, ""},
+		{[]string{"label=disable", "label:type:x", "disable", "apparmor=unconfined", "seccomp={}", "no-new-privileges=1"}, true, ""},
+		{[]string{"bogus"}, false, `invalid --security-opt 1: "bogus"`},
+		{[]string{"bogus=1"}, false, `invalid --security-opt 2: "bogus=1"`},
+		{[]string{"no-new-privileges:maybe"}, false, `invalid --security-opt 2: "no-new-privileges:maybe"`},
+	} {
+		got, err := parseSecurityOpt(tc.opts)
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("%q: error %v, want %q", tc.opts, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: %v, %v; want %v", tc.opts, got, err, tc.want)
+		}
+	}
+}

@@ -284,7 +284,7 @@ func (e *execInstance) processSpec(cfg *container.Config, hc *container.HostConf
 		size = consoleSize(e.opts.Tty, *e.opts.ConsoleSize)
 	}
 	return proto.ProcessSpec{
-		Args: e.opts.Cmd, Env: env, Cwd: cwd, User: user, GroupAdd: hc.GroupAdd,
+		Args: e.opts.Cmd, Env: env, Cwd: cwd, User: user, GroupAdd: hc.GroupAdd, NoNewPrivileges: noNewPrivileges(hc),
 		Terminal: e.opts.Tty, ConsoleSize: size, Stdin: e.opts.AttachStdin,
 		ExecOf:  mainProcess,
 		Rlimits: containerRlimits(hc), Capabilities: containerCapabilities(hc, e.opts.Privileged),

@@ -185,9 +185,10 @@ func (c *ctr) boot(ctx context.Context) (_ *run, err error) {
 	machine, client, sh, proc, err := c.bootVM(ctx, true, linkHosts, &proto.ProcessSpec{
 		Args: append([]string{c.rec.Path}, c.rec.Args...), Env: processEnv(cfg, linkEnv),
 		Cwd: cfg.WorkingDir, User: cfg.User, GroupAdd: c.rec.HostConfig.GroupAdd, Terminal: cfg.Tty, Stdin: cfg.OpenStdin,
-		ConsoleSize:  consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
-		Rlimits:      containerRlimits(c.rec.HostConfig),
-		Capabilities: containerCapabilities(c.rec.HostConfig, false),
+		NoNewPrivileges: noNewPrivileges(c.rec.HostConfig),
+		ConsoleSize:     consoleSize(cfg.Tty, c.rec.HostConfig.ConsoleSize),
+		Rlimits:         containerRlimits(c.rec.HostConfig),
+		Capabilities:    containerCapabilities(c.rec.HostConfig, false),
 	})
 	if err != nil {
 		return nil, err
@@ -263,7 +264,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, 
 	}()
 	var nets []vmm.Net
 	settings := containerSettings(c.rec.HostConfig)
-	settings.Devices = devices
+	settings.Devices, settings.Domainname = devices, c.rec.Config.Domainname
 	setup := proto.SetupSpec{Mounts: mountSpecs, Settings: settings,
 		Hostname: c.rec.Config.Hostname, BaseSerial: baseSerial, UpperSerial: upperSerial,
 		Hosts: hostsFile(c.rec.Config.Hostname),

@@ -3,6 +3,7 @@ package containers
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -208,4 +209,47 @@ func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
 		Init:      hc.Init != nil && *hc.Init,
 		PidsLimit: pidsLimit(hc),
 	}
+}
+
+// parseSecurityOpt reads --security-opt as dockerd's parseSecurityOpt
+// does, and words what it refuses as it does. Only no-new-privileges
+// changes anything here: the labels, AppArmor and seccomp profiles it
+// names are the host's confinement of a container process, and a
+// container's processes run in a VM of their own instead.
+func parseSecurityOpt(opts []string) (noNewPrivileges bool, _ error) {
+	for _, opt := range opts {
+		if opt == "no-new-privileges" {
+			noNewPrivileges = true
+			continue
+		}
+		if opt == "disable" {
+			continue
+		}
+		key, value, ok := strings.Cut(opt, "=")
+		if !ok {
+			key, value, ok = strings.Cut(opt, ":")
+		}
+		if !ok {
+			return false, fmt.Errorf("invalid --security-opt 1: %q", opt)
+		}
+		switch key {
+		case "label", "apparmor", "seccomp":
+		case "no-new-privileges":
+			v, err := strconv.ParseBool(value)
+			if err != nil {
+				return false, fmt.Errorf("invalid --security-opt 2: %q", opt)
+			}
+			noNewPrivileges = v
+		default:
+			return false, fmt.Errorf("invalid --security-opt 2: %q", opt)
+		}
+	}
+	return noNewPrivileges, nil
+}
+
+// noNewPrivileges says whether the container's processes run with
+// no_new_privs; create refused options parseSecurityOpt does not take.
+func noNewPrivileges(hc *container.HostConfig) bool {
+	v, _ := parseSecurityOpt(hc.SecurityOpt)
+	return v
 }

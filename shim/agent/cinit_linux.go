@@ -92,6 +92,8 @@ const (
 	cinitCloseOnExec
 	cinitAwaitFd
 	cinitContinueFd
+	cinitNoNewPrivs
+	cinitSetdomainname
 )
 
 // cinitProgram is the C init's encoded operations, and for each the error
@@ -162,7 +164,7 @@ func (p *cinitProgram) failure(report []byte) *agentError {
 // operations carry C strings).
 func nulError(cfg initConfig) error {
 	spec := cfg.Process
-	for _, list := range [][]string{spec.Args, spec.Env, spec.GroupAdd, {cfg.Root, cfg.Hostname, spec.Cwd, spec.User}} {
+	for _, list := range [][]string{spec.Args, spec.Env, spec.GroupAdd, {cfg.Root, cfg.Hostname, cfg.Domainname, spec.Cwd, spec.User}} {
 		for _, s := range list {
 			if strings.ContainsRune(s, 0) {
 				return execError(spec.Args[0], unix.EINVAL)
@@ -355,6 +357,9 @@ func (p *cinitProgram) cinitContainer(cfg initConfig, binds []etcBind, fds cinit
 	if cfg.Hostname != "" {
 		p.op(cinitSethostname, wrap("set hostname"), cstr(cfg.Hostname))
 	}
+	if cfg.Domainname != "" {
+		p.op(cinitSetdomainname, wrap("set domainname"), cstr(cfg.Domainname))
+	}
 	dev := filepath.Join(cfg.Root, "dev")
 	for _, d := range cfg.Devices {
 		path, err := deviceNodePath(dev, d)
@@ -484,6 +489,9 @@ func (p *cinitProgram) processOps(spec proto.ProcessSpec, limits []checkedRlimit
 	}
 	for _, c := range drop {
 		p.op(cinitCapbsetDrop, wrap("drop capability %d from the bounding set", c), cnum(c))
+	}
+	if spec.NoNewPrivileges {
+		p.op(cinitNoNewPrivs, wrap("set no_new_privs"))
 	}
 	if spec.Terminal {
 		// A terminal in the container's own devpts instance (so that

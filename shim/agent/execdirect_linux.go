@@ -62,6 +62,13 @@ func execDirectly(cfg initConfig, stdio []*os.File, cgroup *os.File) (*os.Proces
 	if err != nil {
 		return nil, nil, err
 	}
+	if spec.NoNewPrivileges {
+		// The thread is thrown away after the start (inNamespacesOf),
+		// and the flag, which nothing unsets, goes with it.
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return nil, nil, fmt.Errorf("set no_new_privs: %w", err)
+		}
+	}
 	sys := &syscall.SysProcAttr{
 		Setsid:     true,
 		Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: uint32s(u.Groups)},

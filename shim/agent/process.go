@@ -171,10 +171,11 @@ func (a *Agent) reap() {
 // initConfig describes a process to start: a main process (cinitStart, cinitRest), or
 // an exec (startExecInit, execDirectly).
 type initConfig struct {
-	Root     string
-	Hostname string
-	EtcDir   string
-	Mounts   bool // set up /proc, /sys, /dev and /etc binds
+	Root       string
+	Hostname   string
+	Domainname string
+	EtcDir     string
+	Mounts     bool // set up /proc, /sys, /dev and /etc binds
 	// Volumes says that the setup mounted volumes, binds or tmpfs into
 	// Root, which a zygote's mount namespace, copied before, lacks.
 	Volumes bool
@@ -225,6 +226,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Volumes: volumes, Process: spec, Network: network}
 	if settings != nil {
 		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
+		cfg.Domainname = settings.Domainname
 		if settings.Init {
 			cfg.InitBinary = a.opts.InitExe
 		}

@@ -195,7 +195,11 @@ type ProcessSpec struct {
 	// GroupAdd is Docker's --group-add: supplementary groups beyond the
 	// user's, by name (in the container's /etc/group) or number.
 	GroupAdd []string `json:"groupAdd,omitempty"`
-	Terminal bool     `json:"terminal,omitempty"`
+	// NoNewPrivileges sets the process's no_new_privs before its exec
+	// (--security-opt no-new-privileges): execve grants it no privileges,
+	// by setuid bits or file capabilities.
+	NoNewPrivileges bool `json:"noNewPrivileges,omitempty"`
+	Terminal        bool `json:"terminal,omitempty"`
 	// ConsoleSize is the terminal's initial size when Terminal is set.
 	ConsoleSize *WindowSize `json:"consoleSize,omitempty"`
 	// Stdin: the host will attach an OpStdin stream; otherwise stdin is

@@ -28,6 +28,9 @@ type ContainerSettings struct {
 	// the main process, its descendants and every exec share one cgroup
 	// whose pids.max it is. 0 is no limit.
 	PidsLimit int64 `json:"pidsLimit,omitempty"`
+	// Domainname is the container's NIS domain name (--domainname), set
+	// in its UTS namespace beside its hostname.
+	Domainname string `json:"domainname,omitempty"`
 }
 
 // OpLimits changes the limits of a running container (docker update):

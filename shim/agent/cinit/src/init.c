@@ -86,6 +86,8 @@ enum {
 	OP_CLOSE_ON_EXEC, /* fd */
 	OP_AWAIT_FD,      /* fd: read one byte from it, then close it */
 	OP_CONTINUE_FD,   /* fd: the operations that follow are read from it, to its end */
+	OP_NO_NEW_PRIVS,  /* set no_new_privs: execve grants no privileges (--security-opt no-new-privileges) */
+	OP_SETDOMAINNAME, /* name */
 };
 
 /* The terminal OP_OPEN_TERMINAL opened. */
@@ -283,6 +285,12 @@ static int run(struct reader *r, mode_t umask_before)
 		int res = (int)num(r);
 		struct rlimit lim = {.rlim_cur = (rlim_t)num(r), .rlim_max = (rlim_t)num(r)};
 		return r->bad ? -2 : setrlimit(res, &lim);
+	}
+	case OP_NO_NEW_PRIVS:
+		return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	case OP_SETDOMAINNAME: {
+		const char *name = str(r);
+		return r->bad ? -2 : setdomainname(name, strlen(name));
 	}
 	case OP_CAPBSET_DROP: {
 		unsigned long cap = (unsigned long)num(r);
