@@ -203,11 +203,12 @@ func containerRlimits(hc *container.HostConfig) []proto.Rlimit {
 // containerSettings are the container-wide settings the agent applies.
 func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
 	return &proto.ContainerSettings{
-		ShmSize:   hc.ShmSize,
-		ReadOnly:  hc.ReadonlyRootfs,
-		Sysctls:   hc.Sysctls,
-		Init:      hc.Init != nil && *hc.Init,
-		PidsLimit: pidsLimit(hc),
+		ShmSize:     hc.ShmSize,
+		ReadOnly:    hc.ReadonlyRootfs,
+		Sysctls:     hc.Sysctls,
+		Init:        hc.Init != nil && *hc.Init,
+		PidsLimit:   pidsLimit(hc),
+		OomScoreAdj: hc.OomScoreAdj,
 	}
 }
 

@@ -94,6 +94,7 @@ const (
 	cinitContinueFd
 	cinitNoNewPrivs
 	cinitSetdomainname
+	cinitOomScoreAdj
 )
 
 // cinitProgram is the C init's encoded operations, and for each the error
@@ -430,8 +431,18 @@ func (p *cinitProgram) cinitRest(cfg initConfig, fds cinitFds, res programInRoot
 	if cfg.InitBinary != "" {
 		procsFd = 0 // --init's init starts its child in the cgroup
 	}
+	p.oomScoreAdj(cfg.OomScoreAdj)
 	p.processOps(spec, limits, drop, res.user, res.cwd, procsFd, fds.barrier, path, args, env)
 	return nil
+}
+
+// oomScoreAdj appends the write of the process's oom_score_adj
+// (--oom-score-adj), which its children inherit, before its setuid: a
+// lower value than the init's needs root's CAP_SYS_RESOURCE.
+func (p *cinitProgram) oomScoreAdj(adj int) {
+	if adj != 0 {
+		p.op(cinitOomScoreAdj, errnoError("set oom_score_adj %d", adj), cstr(strconv.Itoa(adj)))
+	}
 }
 
 // remountRO makes the bind mount at path read-only.
@@ -558,6 +569,7 @@ func startExecInit(files *childFiles, cfg initConfig, initExe string, stdio []*o
 	p := &cinitProgram{}
 	// The program must not inherit the init's binary.
 	p.op(cinitCloseOnExec, errnoError("close the container init on exec"), cnum(exeFd))
+	p.oomScoreAdj(cfg.OomScoreAdj)
 	p.processOps(spec, limits, drop, u, cwd, procsFd, 0, path, spec.Args, env)
 	attr, failR, err := files.forInit(p.buf, stdio, console, procs, exe)
 	if err != nil {

@@ -40,8 +40,10 @@ import (
 // canExecDirectly says whether the process cfg describes, an exec
 // (cfg.Process.ExecOf) into a running container, can be started directly.
 func canExecDirectly(cfg initConfig) bool {
+	// oom_score_adj is the whole process's, so the agent's thread
+	// cannot set it for the child alone: the C init does.
 	return cfg.Process.ExecOf != "" && len(cfg.Process.Rlimits) == 0 &&
-		!cfg.Mounts && cfg.InitBinary == "" && cfg.Exe == ""
+		!cfg.Mounts && cfg.InitBinary == "" && cfg.Exe == "" && cfg.OomScoreAdj == 0
 }
 
 // execDirectly starts cfg's program with stdio as its standard streams, in

@@ -174,8 +174,10 @@ type initConfig struct {
 	Root       string
 	Hostname   string
 	Domainname string
-	EtcDir     string
-	Mounts     bool // set up /proc, /sys, /dev and /etc binds
+	// OomScoreAdj is every process's oom_score_adj (--oom-score-adj).
+	OomScoreAdj int
+	EtcDir      string
+	Mounts      bool // set up /proc, /sys, /dev and /etc binds
 	// Volumes says that the setup mounted volumes, binds or tmpfs into
 	// Root, which a zygote's mount namespace, copied before, lacks.
 	Volumes bool
@@ -226,7 +228,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	cfg := initConfig{Root: root, Hostname: hostname, EtcDir: etcDir, Mounts: true, Volumes: volumes, Process: spec, Network: network}
 	if settings != nil {
 		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
-		cfg.Domainname = settings.Domainname
+		cfg.Domainname, cfg.OomScoreAdj = settings.Domainname, settings.OomScoreAdj
 		if settings.Init {
 			cfg.InitBinary = a.opts.InitExe
 		}
@@ -243,7 +245,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		}
 		targetPid = target.pid
 		// The target's root as its mount namespace sees it, with its /proc.
-		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec}
+		cfg = initConfig{Root: "/proc/" + strconv.Itoa(targetPid) + "/root", Process: spec, OomScoreAdj: cfg.OomScoreAdj}
 	}
 	cfg.LastCap = a.lastCap
 

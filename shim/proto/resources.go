@@ -31,6 +31,9 @@ type ContainerSettings struct {
 	// Domainname is the container's NIS domain name (--domainname), set
 	// in its UTS namespace beside its hostname.
 	Domainname string `json:"domainname,omitempty"`
+	// OomScoreAdj is the oom_score_adj of the main process and every exec
+	// (--oom-score-adj).
+	OomScoreAdj int `json:"oomScoreAdj,omitempty"`
 }
 
 // OpLimits changes the limits of a running container (docker update):

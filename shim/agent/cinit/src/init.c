@@ -88,6 +88,7 @@ enum {
 	OP_CONTINUE_FD,   /* fd: the operations that follow are read from it, to its end */
 	OP_NO_NEW_PRIVS,  /* set no_new_privs: execve grants no privileges (--security-opt no-new-privileges) */
 	OP_SETDOMAINNAME, /* name */
+	OP_OOM_SCORE_ADJ, /* value, as text, written to /proc/self/oom_score_adj */
 };
 
 /* The terminal OP_OPEN_TERMINAL opened. */
@@ -291,6 +292,19 @@ static int run(struct reader *r, mode_t umask_before)
 	case OP_SETDOMAINNAME: {
 		const char *name = str(r);
 		return r->bad ? -2 : setdomainname(name, strlen(name));
+	}
+	case OP_OOM_SCORE_ADJ: {
+		const char *value = str(r);
+		if (r->bad)
+			return -2;
+		int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -1;
+		ssize_t n = write(fd, value, strlen(value));
+		int saved = errno;
+		close(fd);
+		errno = saved;
+		return n < 0 ? -1 : 0;
 	}
 	case OP_CAPBSET_DROP: {
 		unsigned long cap = (unsigned long)num(r);
