@@ -14,7 +14,7 @@ import (
 )
 
 func TestPauseTopRenameRestart(t *testing.T) {
-	s := requireSuite(t)
+	requireSuite(t)
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
 	renamed := containerName(t, "-renamed")
@@ -35,11 +35,49 @@ func TestPauseTopRenameRestart(t *testing.T) {
 		}
 		return "no sleep 1000 row in " + out
 	})
-	if s.Kind == "huskd" {
-		want := result{Code: 1, Stderr: "Error response from daemon: husk: ps options other than -ef are not supported: the processes live in the guest, not on the host\n"}
-		if r := docker(t, "top", name, "-o", "pid"); r != want {
-			t.Errorf("top with ps options = %+v, want %+v", r, want)
+	// top with ps options: ps's columns for them, and dockerd's errors.
+	for _, tt := range []struct {
+		args    []string
+		titles  string
+		sleepAt int // the column that reads "sleep" in the main process's row
+		stat    int // the column of its STAT, -1 for none
+	}{
+		{[]string{"aux"}, "USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND", 10, 7},
+		{[]string{"ax"}, "PID TTY STAT TIME COMMAND", 4, 2},
+		{[]string{"-e"}, "PID TTY TIME CMD", 3, -1},
+		{[]string{"-o", "pid,comm"}, "PID COMMAND", 1, -1},
+		{[]string{"-eo", "pid,ppid,user,group,stat,nice,etime,args"}, "PID PPID USER GROUP STAT NI ELAPSED COMMAND", 7, 4},
+		{[]string{"-o", "pid=ID,args"}, "", 0, 0},
+	} {
+		r := docker(t, append([]string{"top", name}, tt.args...)...)
+		if tt.titles == "" {
+			if want := (result{Code: 1, Stderr: "Error response from daemon: Couldn't find PID field in ps output\n"}); r != want {
+				t.Errorf("top %q = %+v, want %+v", tt.args, r, want)
+			}
+			continue
 		}
+		lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+		if r.Code != 0 || strings.Join(strings.Fields(lines[0]), " ") != tt.titles {
+			t.Errorf("top %q = %+v, want the titles %q", tt.args, r, tt.titles)
+			continue
+		}
+		found := false
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			if len(f) > tt.sleepAt && f[tt.sleepAt] == "sleep" {
+				found = true
+				// The main process leads its session.
+				if tt.stat >= 0 && f[tt.stat] != "Ss" {
+					t.Errorf("top %q: STAT of the main process %q, want Ss", tt.args, f[tt.stat])
+				}
+			}
+		}
+		if !found {
+			t.Errorf("top %q: no row with sleep in column %d: %q", tt.args, tt.sleepAt, r.Stdout)
+		}
+	}
+	if r, want := docker(t, "top", name, "-o", "foo"), (result{Code: 1, Stderr: "Error response from daemon: ps: error: unknown user-defined format specifier \"foo\"\n"}); r != want {
+		t.Errorf("top with an unknown column = %+v, want %+v", r, want)
 	}
 
 	// pause: the VM stops; ps, inspect and exec say so; unpause undoes it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -325,15 +326,19 @@ func (c *ctr) resumeForSignal(ctx context.Context, orKill bool) error {
 // topTitles are the columns of `ps -ef`, which dockerd runs by default.
 func topTitles() []string { return []string{"UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"} }
 
-// Top lists the container's processes as `ps -ef` would. The guest has no
-// host ps to hand arguments to, so ps_args are refused.
+// Top lists the container's processes as ps with psArgs would (top.go).
 func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopResponse, error) {
 	c, err := m.lookup(ref)
 	if err != nil {
 		return container.TopResponse{}, err
 	}
-	if psArgs != "" && psArgs != "-ef" {
-		return container.TopResponse{}, errdefs.ErrInvalidArgument.WithMessage("husk: ps options other than -ef are not supported: the processes live in the guest, not on the host")
+	cols, err := psLayout(psArgs)
+	if err != nil {
+		return container.TopResponse{}, err
+	}
+	if cols != nil && !slices.ContainsFunc(cols, func(c psColumn) bool { return c.header == "PID" }) {
+		// dockerd finds the container's rows by their PID.
+		return container.TopResponse{}, errors.New("Couldn't find PID field in ps output")
 	}
 	c.mu.Lock()
 	r := c.run
@@ -354,6 +359,20 @@ func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopRes
 	}
 	c.emit(events.ActionTop, nil)
 	now := time.Now()
+	if cols != nil {
+		resp := container.TopResponse{Processes: [][]string{}}
+		for _, col := range cols {
+			resp.Titles = append(resp.Titles, col.header)
+		}
+		for _, p := range procs {
+			row := make([]string, len(cols))
+			for i, col := range cols {
+				row[i] = col.value(p, now)
+			}
+			resp.Processes = append(resp.Processes, row)
+		}
+		return resp, nil
+	}
 	resp := container.TopResponse{Titles: topTitles(), Processes: [][]string{}}
 	for _, p := range procs {
 		user := p.User

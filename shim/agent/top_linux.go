@@ -38,7 +38,7 @@ func (a *Agent) top(p *process) ([]proto.ProcessInfo, error) {
 	a.mu.Lock()
 	root := a.root
 	a.mu.Unlock()
-	names := map[int]string{}
+	names, groups := map[int]string{}, map[int]string{}
 	if f, err := os.Open(filepath.Join(root, "etc/passwd")); err == nil {
 		entries, _ := parsePasswd(f)
 		f.Close()
@@ -48,6 +48,16 @@ func (a *Agent) top(p *process) ([]proto.ProcessInfo, error) {
 			}
 		}
 	}
+	if f, err := os.Open(filepath.Join(root, "etc/group")); err == nil {
+		entries, _ := parseGroup(f)
+		f.Close()
+		for _, e := range entries {
+			if _, dup := groups[e.gid]; !dup {
+				groups[e.gid] = e.name
+			}
+		}
+	}
+	memTotalKiB := memTotal()
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, fmt.Errorf("top: %w", err)
@@ -63,7 +73,10 @@ func (a *Agent) top(p *process) ([]proto.ProcessInfo, error) {
 		}
 		// A process that ends while being read is simply left out.
 		if info, err := readProcess(pid, boot); err == nil {
-			info.User = names[info.UID]
+			info.User, info.Group = names[info.UID], groups[info.GID]
+			if memTotalKiB > 0 {
+				info.MemPercent = float64(info.RSSKiB) * 100 / float64(memTotalKiB)
+			}
 			out = append(out, info)
 		}
 	}
@@ -101,11 +114,14 @@ func readProcess(pid int, boot time.Time) (proto.ProcessInfo, error) {
 	comm := string(stat[open+1 : end])
 	f := strings.Fields(string(stat[end+1:]))
 	// f[0] is field 3 (state) of proc(5).
-	if len(f) < 20 {
+	if len(f) < 22 {
 		return info, fmt.Errorf("short stat of %d", pid)
 	}
 	num := func(i int) int64 { n, _ := strconv.ParseInt(f[i], 10, 64); return n }
-	info.PPID = int(num(1))
+	info.Comm, info.State = comm, f[0]
+	info.PPID, info.PGID, info.SID, info.TPGID = int(num(1)), int(num(2)), int(num(3)), int(num(5))
+	info.Nice, info.Threads = int(num(16)), int(num(17))
+	info.VSZKiB, info.RSSKiB = num(20)/1024, num(21)*int64(os.Getpagesize())/1024
 	info.TTY = ttyName(num(4))
 	info.CPUTime = time.Duration(num(11)+num(12)) * time.Second / clockTicks
 	info.StartTime = boot.Add(time.Duration(num(19)) * time.Second / clockTicks)
@@ -113,8 +129,13 @@ func readProcess(pid int, boot time.Time) (proto.ProcessInfo, error) {
 		sc := bufio.NewScanner(status)
 		for sc.Scan() {
 			if v, ok := strings.CutPrefix(sc.Text(), "Uid:"); ok {
-				if fs := strings.Fields(v); len(fs) > 0 {
-					info.UID, _ = strconv.Atoi(fs[0])
+				if fs := strings.Fields(v); len(fs) > 1 {
+					info.UID, _ = strconv.Atoi(fs[1]) // effective, as ps shows
+				}
+			}
+			if v, ok := strings.CutPrefix(sc.Text(), "Gid:"); ok {
+				if fs := strings.Fields(v); len(fs) > 1 {
+					info.GID, _ = strconv.Atoi(fs[1])
 				}
 				break
 			}
@@ -143,4 +164,19 @@ func ttyName(nr int64) string {
 		return "console"
 	}
 	return "?"
+}
+
+// memTotal is the guest's memory in KiB, 0 if unknown.
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
