@@ -262,6 +262,16 @@ func scenarios() []scenario {
 			cleanup: [][]string{{"rm", "-f", "diff-groups"}}},
 		{name: "run read-only bind", args: a("run", "--rm", "--mount", "type=bind,src=/etc/os-release,dst=/osr,readonly", "{img}", "sh", "-c", "head -1 /osr; touch /osr")},
 		{name: "run anonymous volume", args: a("run", "--rm", "-v", "/data", "{img}", "sh", "-c", "ls -ld /data | cut -c1-10; touch /data/x && echo ok")},
+		// --volumes-from an exited container: its anonymous and named
+		// volumes, read-write unless :ro says otherwise.
+		{name: "run volumes-from", args: a("run", "--rm", "--volumes-from", "diff-vsrc", "{img}", "sh", "-c", "cat /data/f /named/g; touch /data/h && echo rw"),
+			setup:   [][]string{{"run", "--name", "diff-vsrc", "-v", "/data", "-v", "diffvfrom:/named", "{img}", "sh", "-c", "echo x > /data/f; echo y > /named/g"}},
+			cleanup: [][]string{{"rm", "-v", "diff-vsrc"}, {"volume", "rm", "diffvfrom"}}},
+		{name: "run volumes-from read-only", args: a("run", "--rm", "--volumes-from", "diff-vsrc:ro", "-v", "/tmp:/named:ro", "{img}", "sh", "-c", "cat /data/f; ls /named >/dev/null && echo replaced; touch /data/z"),
+			setup:   [][]string{{"run", "--name", "diff-vsrc", "-v", "/data", "-v", "diffvfrom:/named", "{img}", "sh", "-c", "echo x > /data/f; echo y > /named/g"}},
+			cleanup: [][]string{{"rm", "-v", "diff-vsrc"}, {"volume", "rm", "diffvfrom"}}},
+		{name: "run volumes-from missing", args: a("run", "--rm", "--volumes-from", "diff-nosuch", "{img}", "true")},
+		{name: "run volumes-from bad mode", args: a("run", "--rm", "--volumes-from", diffBox+":bogus", "{img}", "true")},
 		{name: "run named volume gets the image's files", args: a("run", "--rm", "-v", "diffvol3:/etc", "{img}", "ls", "/etc"),
 			cleanup: [][]string{{"volume", "rm", "diffvol3"}}},
 		// resource limits dockerd checks

@@ -57,7 +57,7 @@ func FuzzHostConfig(f *testing.F) {
 		if n := cpus(hc, 1); n < 1 {
 			t.Fatalf("NanoCPUs %d gave %d vCPUs", hc.NanoCPUs, n)
 		}
-		mounts, err := planMounts(req.Config, hc, func(p string) bool { return strings.HasPrefix(p, "/exists") })
+		mounts, err := planMounts(req.Config, hc, nil, func(p string) bool { return strings.HasPrefix(p, "/exists") })
 		if err != nil {
 			clientError("mounts", err)
 			return

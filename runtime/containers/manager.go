@@ -373,7 +373,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 		}
 	}()
 
-	mounts, err := planMounts(cfg, hc, bindExists)
+	inherited, err := m.volumesFrom(hc.VolumesFrom)
+	if err != nil {
+		return resp, err
+	}
+	mounts, err := planMounts(cfg, hc, inherited, bindExists)
 	if err != nil {
 		return resp, err
 	}

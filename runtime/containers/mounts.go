@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -313,21 +314,32 @@ func tmpfsOptions(o *mount.TmpfsOptions, readOnly bool) ([]string, error) {
 	return opts, nil
 }
 
-// planMounts gathers a create request's mounts: -v binds, --mount specs,
-// --tmpfs, then the anonymous volumes the config (or image) declares at
-// destinations nothing else covers. Parents come before what is mounted in
-// them.
-func planMounts(cfg *container.Config, hc *container.HostConfig, exists func(string) bool) ([]Mount, error) {
-	if len(hc.VolumesFrom) > 0 {
-		return nil, errdefs.ErrNotImplemented.WithMessage("husk does not support --volumes-from yet")
-	}
+// planMounts gathers a create request's mounts: those inherited from
+// --volumes-from (which -v and --mount replace at the same destination,
+// as dockerd's do), -v binds, --mount specs, --tmpfs, then the anonymous
+// volumes the config (or image) declares at destinations nothing else
+// covers. Parents come before what is mounted in them.
+func planMounts(cfg *container.Config, hc *container.HostConfig, inherited []Mount, exists func(string) bool) ([]Mount, error) {
 	var out []Mount
 	seen := map[string]bool{}
+	inheritedAt := map[string]int{}
+	for _, m := range inherited {
+		if i, ok := inheritedAt[m.Destination]; ok {
+			out[i] = m // the later container's, as dockerd's map keeps it
+			continue
+		}
+		inheritedAt[m.Destination] = len(out)
+		out = append(out, m)
+	}
 	add := func(m Mount) error {
 		if seen[m.Destination] {
 			return errdefs.ErrInvalidArgument.WithMessage("Duplicate mount point: " + m.Destination)
 		}
 		seen[m.Destination] = true
+		if i, ok := inheritedAt[m.Destination]; ok {
+			out[i] = m
+			return nil
+		}
 		out = append(out, m)
 		return nil
 	}
@@ -351,6 +363,9 @@ func planMounts(cfg *container.Config, hc *container.HostConfig, exists func(str
 		if err := add(m); err != nil {
 			return nil, err
 		}
+	}
+	for d := range inheritedAt {
+		seen[d] = true
 	}
 	dests := make([]string, 0, len(hc.Tmpfs))
 	for d := range hc.Tmpfs {
@@ -601,4 +616,71 @@ func (c *ctr) copiedUp() {
 func bindExists(p string) bool {
 	_, err := os.Stat(filepath.Clean(p))
 	return err == nil
+}
+
+// parseVolumesFrom reads one --volumes-from value, "container[:mode]",
+// as dockerd's ParseVolumesFrom does: the mode is ro or rw, with a
+// relabelling (z, Z) that means nothing in a VM beside it.
+func parseVolumesFrom(spec string) (ref string, readOnly bool, _ error) {
+	if spec == "" {
+		return "", false, errdefs.ErrInvalidArgument.WithMessage("volumes-from specification cannot be an empty string")
+	}
+	ref, mode, _ := strings.Cut(spec, ":")
+	if mode == "" {
+		return ref, false, nil
+	}
+	rw := 0
+	for _, o := range strings.Split(mode, ",") {
+		switch o {
+		case "ro":
+			readOnly = true
+			rw++
+		case "rw":
+			rw++
+		case "z", "Z":
+		default:
+			return "", false, errdefs.ErrInvalidArgument.WithMessage("invalid mode: " + mode)
+		}
+	}
+	if rw > 1 {
+		return "", false, errdefs.ErrInvalidArgument.WithMessage("invalid mode: " + mode)
+	}
+	return ref, readOnly, nil
+}
+
+// volumesFrom are the mounts --volumes-from copies from other containers:
+// each of their volumes, binds and --mount tmpfs mounts (not --tmpfs,
+// which dockerd does not record as a mount point), read-only where the
+// source's is or the mode says ro. The volumes are shared, not the new
+// container's own: its removal does not take them.
+func (m *Manager) volumesFrom(specs []string) ([]Mount, error) {
+	var out []Mount
+	for _, spec := range specs {
+		ref, readOnly, err := parseVolumesFrom(spec)
+		if err != nil {
+			return nil, err
+		}
+		src, err := m.lookup(ref)
+		if errdefs.IsNotFound(err) {
+			// A 400, as dockerd answers: a 404 from create makes the
+			// CLI pull the image and try again.
+			return nil, errdefs.ErrInvalidArgument.WithMessage(err.Error())
+		}
+		if err != nil {
+			return nil, err
+		}
+		src.mu.Lock()
+		mounts := slices.Clone(src.rec.Mounts)
+		src.mu.Unlock()
+		for _, mt := range mounts {
+			if mt.Hidden {
+				continue
+			}
+			mt.RW = mt.RW && !readOnly
+			mt.Mode = ""
+			mt.Anonymous, mt.CopyUp, mt.CreateSource, mt.Socket = false, false, false, false
+			out = append(out, mt)
+		}
+	}
+	return out, nil
 }

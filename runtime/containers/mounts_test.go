@@ -90,7 +90,7 @@ func TestPlanMounts(t *testing.T) {
 		Mounts: []mount.Mount{{Type: "tmpfs", Target: "/t"}},
 		Tmpfs:  map[string]string{"/run": "size=2m"},
 	}
-	got, err := planMounts(cfg, hc, func(string) bool { return true })
+	got, err := planMounts(cfg, hc, nil, func(string) bool { return true })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +119,63 @@ func TestPlanMounts(t *testing.T) {
 		t.Errorf("inspect shows %d mounts, want 4 (--tmpfs hidden)", len(mountPoints(got)))
 	}
 
-	_, err = planMounts(&container.Config{}, &container.HostConfig{Binds: []string{"v1:/x", "v2:/x"}}, nil)
+	_, err = planMounts(&container.Config{}, &container.HostConfig{Binds: []string{"v1:/x", "v2:/x"}}, nil, nil)
 	if !errdefs.IsInvalidArgument(err) || err.Error() != "Duplicate mount point: /x" {
 		t.Errorf("duplicate: %v", err)
 	}
-	_, err = planMounts(&container.Config{}, &container.HostConfig{VolumesFrom: []string{"other"}}, nil)
-	if !errdefs.IsNotImplemented(err) {
-		t.Errorf("--volumes-from: %v", err)
+}
+
+// TestPlanMountsVolumesFrom: mounts inherited with --volumes-from stay
+// unless -v or --mount names their destination, which replaces them, as
+// under dockerd; the image's volumes do not cover them.
+func TestPlanMountsVolumesFrom(t *testing.T) {
+	inherited := []Mount{
+		{MountPoint: container.MountPoint{Type: mount.TypeVolume, Name: "anon1", Destination: "/data", RW: true}},
+		{MountPoint: container.MountPoint{Type: mount.TypeBind, Source: "/srv", Destination: "/hb"}},
+	}
+	cfg := &container.Config{Volumes: map[string]struct{}{"/hb": {}, "/cache": {}}}
+	hc := &container.HostConfig{Binds: []string{"/tmp:/data"}}
+	got, err := planMounts(cfg, hc, inherited, func(string) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDest := map[string]Mount{}
+	for _, m := range got {
+		byDest[m.Destination] = m
+	}
+	if len(got) != 3 || byDest["/data"].Type != mount.TypeBind || byDest["/data"].Source != "/tmp" ||
+		byDest["/hb"].Source != "/srv" || byDest["/hb"].RW || !byDest["/cache"].Anonymous {
+		t.Errorf("mounts %+v: want /data the -v bind, /hb inherited read-only, /cache the image's volume", got)
+	}
+	if _, err := planMounts(&container.Config{}, &container.HostConfig{Binds: []string{"/a:/data", "/b:/data"}}, inherited, nil); err == nil {
+		t.Error("two -v at one inherited destination: no error")
+	}
+}
+
+func TestParseVolumesFrom(t *testing.T) {
+	for _, tc := range []struct {
+		spec, ref string
+		readOnly  bool
+		wantErr   string
+	}{
+		{"data", "data", false, ""},
+		{"data:ro", "data", true, ""},
+		{"data:rw", "data", false, ""},
+		{"data:ro,z", "data", true, ""},
+		{"data:bogus", "", false, "invalid mode: bogus"},
+		{"data:ro,rw", "", false, "invalid mode: ro,rw"},
+		{"", "", false, "volumes-from specification cannot be an empty string"},
+	} {
+		ref, ro, err := parseVolumesFrom(tc.spec)
+		if tc.wantErr != "" {
+			if !errdefs.IsInvalidArgument(err) || err.Error() != tc.wantErr {
+				t.Errorf("%q: error %v, want %q", tc.spec, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || ref != tc.ref || ro != tc.readOnly {
+			t.Errorf("%q: %q %v %v, want %q %v", tc.spec, ref, ro, err, tc.ref, tc.readOnly)
+		}
 	}
 }
 
