@@ -28,11 +28,7 @@ func TestInspectBodyLegacyNetworkFields(t *testing.T) {
 		{"1.52", nil},
 	}
 	for _, tt := range tests {
-		ctx := context.WithValue(context.Background(), apiVersionKey{}, tt.version)
-		b, err := json.Marshal(inspectBody(ctx, resp))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := inspectJSON(t, tt.version, resp)
 		var got struct {
 			ID              string `json:"Id"`
 			NetworkSettings map[string]any
@@ -74,11 +70,7 @@ func TestInspectBodyLegacyAliases(t *testing.T) {
 		{"1.50", []string{"web", "0123456789ab"}},
 	}
 	for _, tt := range tests {
-		ctx := context.WithValue(context.Background(), apiVersionKey{}, tt.version)
-		b, err := json.Marshal(inspectBody(ctx, resp))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := inspectJSON(t, tt.version, resp)
 		var got struct {
 			NetworkSettings struct {
 				Networks map[string]struct{ Aliases []string }
@@ -120,4 +112,16 @@ func TestLogAttrs(t *testing.T) {
 			t.Errorf("log options %v: %q, want %q", tc.opts, got, tc.want)
 		}
 	}
+}
+
+// inspectJSON is GET /containers/{id}/json's body for resp to a client
+// of the API version.
+func inspectJSON(t *testing.T, version string, resp container.InspectResponse) []byte {
+	t.Helper()
+	ctx := context.WithValue(context.Background(), apiVersionKey{}, version)
+	b, err := json.Marshal(inspectBody(ctx, resp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

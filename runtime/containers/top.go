@@ -110,113 +110,101 @@ func psError(msg string) error {
 
 // psColumnNamed is the column procps's ps shows for a -o name.
 func psColumnNamed(name string) (psColumn, bool) {
+	header, ok := map[string]string{
+		"pid": "PID", "ppid": "PPID", "pgid": "PGID", "pgrp": "PGRP", "sid": "SID", "sess": "SESS", "session": "SESS",
+		"uid": "UID", "euid": "EUID", "user": "USER", "euser": "EUSER", "uname": "USER",
+		"gid": "GID", "egid": "EGID", "group": "GROUP", "egroup": "EGROUP",
+		"comm": "COMMAND", "ucomm": "COMMAND", "ucmd": "CMD", "args": "COMMAND", "command": "COMMAND", "cmd": "CMD",
+		"tty": "TT", "tt": "TT", "tname": "TTY", "time": "TIME", "cputime": "TIME", "bsdtime": "TIME", "etime": "ELAPSED",
+		"stat": "STAT", "s": "S", "state": "S", "nice": "NI", "ni": "NI", "nlwp": "NLWP", "thcount": "THCNT",
+		"rss": "RSS", "rssize": "RSS", "rsz": "RSZ", "vsz": "VSZ", "vsize": "VSZ", "%mem": "%MEM", "pmem": "%MEM",
+		"%cpu": "%CPU", "pcpu": "%CPU", "c": "C", "stime": "STIME", "start_time": "START", "start": "STARTED", "bsdstart": "START",
+	}[name]
+	if !ok {
+		return psColumn{}, false
+	}
+	return psColumn{header, psValue(name)}, true
+}
+
+// psValue is how a process reads in the column of a -o name psColumnNamed
+// knows.
+func psValue(name string) func(p proto.ProcessInfo, now time.Time) string {
 	itoa := strconv.Itoa
-	col := func(header string, v func(p proto.ProcessInfo, now time.Time) string) (psColumn, bool) {
-		return psColumn{header, v}, true
+	orNumber := func(name string, id int) string {
+		if name == "" {
+			return itoa(id)
+		}
+		return name
 	}
 	switch name {
-	case "pid", "tgid":
-		return col("PID", func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.PID) })
+	case "pid":
+		return func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.PID) }
 	case "ppid":
-		return col("PPID", func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.PPID) })
+		return func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.PPID) }
 	case "pgid", "pgrp":
-		return col(strings.ToUpper(name), func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.PGID) })
+		return func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.PGID) }
 	case "sid", "sess", "session":
-		return col(map[string]string{"sid": "SID", "sess": "SESS", "session": "SESS"}[name], func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.SID) })
+		return func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.SID) }
 	case "uid", "euid":
-		return col(strings.ToUpper(name), func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.UID) })
+		return func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.UID) }
 	case "user", "euser", "uname":
-		return col(map[string]string{"user": "USER", "euser": "EUSER", "uname": "USER"}[name], func(p proto.ProcessInfo, _ time.Time) string {
-			if p.User == "" {
-				return itoa(p.UID)
-			}
-			return p.User
-		})
+		return func(p proto.ProcessInfo, _ time.Time) string { return orNumber(p.User, p.UID) }
 	case "gid", "egid":
-		return col(strings.ToUpper(name), func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.GID) })
+		return func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.GID) }
 	case "group", "egroup":
-		return col(strings.ToUpper(name), func(p proto.ProcessInfo, _ time.Time) string {
-			if p.Group == "" {
-				return itoa(p.GID)
-			}
-			return p.Group
-		})
+		return func(p proto.ProcessInfo, _ time.Time) string { return orNumber(p.Group, p.GID) }
 	case "comm", "ucomm", "ucmd":
-		header := "COMMAND"
-		if name == "ucmd" {
-			header = "CMD"
-		}
-		return col(header, func(p proto.ProcessInfo, _ time.Time) string {
+		return func(p proto.ProcessInfo, _ time.Time) string {
 			if p.Comm == "" {
 				return p.Cmd // an agent older than Comm
 			}
 			return p.Comm
-		})
+		}
 	case "args", "command", "cmd":
-		header := "COMMAND"
-		if name == "cmd" {
-			header = "CMD"
-		}
-		return col(header, func(p proto.ProcessInfo, _ time.Time) string { return p.Cmd })
+		return func(p proto.ProcessInfo, _ time.Time) string { return p.Cmd }
 	case "tty", "tt", "tname":
-		header := "TT"
-		if name == "tname" {
-			header = "TTY"
-		}
-		return col(header, func(p proto.ProcessInfo, _ time.Time) string {
+		return func(p proto.ProcessInfo, _ time.Time) string {
 			if p.TTY == "" {
 				return "?"
 			}
 			return p.TTY
-		})
+		}
 	case "time", "cputime":
-		return col("TIME", func(p proto.ProcessInfo, _ time.Time) string { return cpuTime(p.CPUTime) })
+		return func(p proto.ProcessInfo, _ time.Time) string { return cpuTime(p.CPUTime) }
 	case "bsdtime":
-		return col("TIME", func(p proto.ProcessInfo, _ time.Time) string {
+		return func(p proto.ProcessInfo, _ time.Time) string {
 			s := int64(p.CPUTime / time.Second)
 			return fmt.Sprintf("%d:%02d", s/60, s%60)
-		})
-	case "etime":
-		return col("ELAPSED", func(p proto.ProcessInfo, now time.Time) string { return elapsed(now.Sub(p.StartTime)) })
-	case "stat":
-		return col("STAT", func(p proto.ProcessInfo, _ time.Time) string { return bsdStat(p) })
-	case "s", "state":
-		return col("S", func(p proto.ProcessInfo, _ time.Time) string { return p.State })
-	case "nice", "ni":
-		return col("NI", func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.Nice) })
-	case "nlwp", "thcount":
-		return col(map[string]string{"nlwp": "NLWP", "thcount": "THCNT"}[name], func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.Threads) })
-	case "rss", "rssize", "rsz":
-		header := "RSS"
-		if name == "rsz" {
-			header = "RSZ"
 		}
-		return col(header, func(p proto.ProcessInfo, _ time.Time) string { return strconv.FormatInt(p.RSSKiB, 10) })
+	case "etime":
+		return func(p proto.ProcessInfo, now time.Time) string { return elapsed(now.Sub(p.StartTime)) }
+	case "stat":
+		return func(p proto.ProcessInfo, _ time.Time) string { return bsdStat(p) }
+	case "s", "state":
+		return func(p proto.ProcessInfo, _ time.Time) string { return p.State }
+	case "nice", "ni":
+		return func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.Nice) }
+	case "nlwp", "thcount":
+		return func(p proto.ProcessInfo, _ time.Time) string { return itoa(p.Threads) }
+	case "rss", "rssize", "rsz":
+		return func(p proto.ProcessInfo, _ time.Time) string { return strconv.FormatInt(p.RSSKiB, 10) }
 	case "vsz", "vsize":
-		return col("VSZ", func(p proto.ProcessInfo, _ time.Time) string { return strconv.FormatInt(p.VSZKiB, 10) })
+		return func(p proto.ProcessInfo, _ time.Time) string { return strconv.FormatInt(p.VSZKiB, 10) }
 	case "%mem", "pmem":
-		return col("%MEM", func(p proto.ProcessInfo, _ time.Time) string { return strconv.FormatFloat(p.MemPercent, 'f', 1, 64) })
+		return func(p proto.ProcessInfo, _ time.Time) string { return strconv.FormatFloat(p.MemPercent, 'f', 1, 64) }
 	case "%cpu", "pcpu":
-		return col("%CPU", func(p proto.ProcessInfo, now time.Time) string {
+		return func(p proto.ProcessInfo, now time.Time) string {
 			life := now.Sub(p.StartTime)
 			if life <= 0 {
 				return "0.0"
 			}
 			return strconv.FormatFloat(float64(p.CPUTime)*100/float64(life), 'f', 1, 64)
-		})
-	case "c":
-		return col("C", func(p proto.ProcessInfo, now time.Time) string { return cpuPercent(p.CPUTime, now.Sub(p.StartTime)) })
-	case "stime", "start_time":
-		header := "STIME"
-		if name == "start_time" {
-			header = "START"
 		}
-		return col(header, func(p proto.ProcessInfo, now time.Time) string { return startTime(p.StartTime, now) })
-	case "start", "bsdstart":
-		header := map[string]string{"start": "STARTED", "bsdstart": "START"}[name]
-		return col(header, func(p proto.ProcessInfo, now time.Time) string { return startTime(p.StartTime, now) })
+	case "c":
+		return func(p proto.ProcessInfo, now time.Time) string { return cpuPercent(p.CPUTime, now.Sub(p.StartTime)) }
+	default: // stime, start_time, start, bsdstart
+		return func(p proto.ProcessInfo, now time.Time) string { return startTime(p.StartTime, now) }
 	}
-	return psColumn{}, false
 }
 
 // bsdStat is ps's STAT: the state and the flags BSD's ps adds to it.
