@@ -219,6 +219,17 @@ func TestNetworkNoneAndHost(t *testing.T) {
 	if r := docker(t, "run", "--rm", "--network", "host", img, "true"); r != want2 {
 		t.Errorf("--network host = %+v, want %+v", r, want2)
 	}
+	// So are the other namespaces a VM cannot share.
+	for _, args := range [][]string{{"--pid", "host"}, {"--pid", "container:other"}, {"--ipc", "host"}, {"--ipc", "container:other"}, {"--uts", "host"}} {
+		mode, _, _ := strings.Cut(args[1], ":")
+		if mode == "container" {
+			mode = "container:<name>"
+		}
+		want := result{Stderr: "docker: Error response from daemon: husk does not support " + args[0] + " " + mode + ": every container is a VM with its own kernel\n\nRun 'docker run --help' for more information\n", Code: 125}
+		if r := docker(t, append(append([]string{"run", "--rm"}, args...), img, "true")...); r != want {
+			t.Errorf("%q = %+v, want %+v", args, r, want)
+		}
+	}
 }
 
 // TestPublishSurvivesDaemonCrash: after kill -9 of the daemon, a running

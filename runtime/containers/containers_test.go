@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/moby/api/types/container"
 )
@@ -203,6 +204,36 @@ func TestParseSecurityOpt(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("%q: %v, %v; want %v", tc.opts, got, err, tc.want)
+		}
+	}
+}
+
+// TestRefuseSharedNamespaces: the host's or another container's PID, IPC
+// or UTS namespace is refused; a VM's own modes are not.
+func TestRefuseSharedNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		hc      container.HostConfig
+		wantErr string
+	}{
+		{container.HostConfig{}, ""},
+		{container.HostConfig{IpcMode: "private"}, ""},
+		{container.HostConfig{IpcMode: "shareable"}, ""},
+		{container.HostConfig{IpcMode: "none"}, ""},
+		{container.HostConfig{PidMode: "host"}, "husk does not support --pid host: every container is a VM with its own kernel"},
+		{container.HostConfig{PidMode: "container:app"}, "husk does not support --pid container:<name>: every container is a VM with its own kernel"},
+		{container.HostConfig{IpcMode: "host"}, "husk does not support --ipc host: every container is a VM with its own kernel"},
+		{container.HostConfig{IpcMode: "container:app"}, "husk does not support --ipc container:<name>: every container is a VM with its own kernel"},
+		{container.HostConfig{UTSMode: "host"}, "husk does not support --uts host: every container is a VM with its own kernel"},
+	} {
+		err := refuseSharedNamespaces(&tc.hc)
+		if tc.wantErr == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", tc.hc, err)
+			}
+			continue
+		}
+		if !errdefs.IsInvalidArgument(err) || err.Error() != tc.wantErr {
+			t.Errorf("%+v: %v, want %q", tc.hc, err, tc.wantErr)
 		}
 	}
 }

@@ -317,6 +317,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if _, err := parseSecurityOpt(hc.SecurityOpt); err != nil {
 		return resp, err
 	}
+	if err := refuseSharedNamespaces(hc); err != nil {
+		return resp, err
+	}
 	if hc.AutoRemove && hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("can't create 'AutoRemove' container with restart policy")
 	}

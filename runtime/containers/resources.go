@@ -254,3 +254,27 @@ func noNewPrivileges(hc *container.HostConfig) bool {
 	v, _ := parseSecurityOpt(hc.SecurityOpt)
 	return v
 }
+
+// refuseSharedNamespaces refuses the namespace modes a VM cannot give:
+// another container's or the host's PID, IPC or UTS namespace is in
+// another kernel. As with --network host and container:<name>, a clear
+// refusal rather than a container that silently sees only its own VM
+// (a debugging sidecar with --pid container:app would find no app).
+func refuseSharedNamespaces(hc *container.HostConfig) error {
+	for _, ns := range []struct {
+		flag            string
+		host, container bool
+	}{
+		{"--pid", hc.PidMode.IsHost(), hc.PidMode.IsContainer()},
+		{"--ipc", hc.IpcMode.IsHost(), hc.IpcMode.IsContainer()},
+		{"--uts", hc.UTSMode.IsHost(), false},
+	} {
+		switch {
+		case ns.host:
+			return errdefs.ErrInvalidArgument.WithMessage("husk does not support " + ns.flag + " host: every container is a VM with its own kernel")
+		case ns.container:
+			return errdefs.ErrInvalidArgument.WithMessage("husk does not support " + ns.flag + " container:<name>: every container is a VM with its own kernel")
+		}
+	}
+	return nil
+}
