@@ -270,6 +270,8 @@ func scenarios() []scenario {
 		{name: "run volumes-from read-only", args: a("run", "--rm", "--volumes-from", "diff-vsrc:ro", "-v", "/tmp:/named:ro", "{img}", "sh", "-c", "cat /data/f; ls /named >/dev/null && echo replaced; touch /data/z"),
 			setup:   [][]string{{"run", "--name", "diff-vsrc", "-v", "/data", "-v", "diffvfrom:/named", "{img}", "sh", "-c", "echo x > /data/f; echo y > /named/g"}},
 			cleanup: [][]string{{"rm", "-v", "diff-vsrc"}, {"volume", "rm", "diffvfrom"}}},
+		{name: "network create unknown driver", args: a("network", "create", "--driver", "nosuch", "diffnet-nosuch"),
+			cleanup: [][]string{{"network", "rm", "diffnet-nosuch"}}},
 		{name: "run volumes-from missing", args: a("run", "--rm", "--volumes-from", "diff-nosuch", "{img}", "true")},
 		{name: "run volumes-from bad mode", args: a("run", "--rm", "--volumes-from", diffBox+":bogus", "{img}", "true")},
 		{name: "run named volume gets the image's files", args: a("run", "--rm", "-v", "diffvol3:/etc", "{img}", "ls", "/etc"),

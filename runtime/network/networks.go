@@ -24,8 +24,12 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	}
 	switch req.Driver {
 	case "", driverBridge:
-	default:
+	case "host", "null", "overlay", "macvlan", "ipvlan":
+		// dockerd's own drivers, which husk's VMs cannot use.
 		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("husk supports only the bridge network driver, not %q", req.Driver))
+	default:
+		// dockerd looks any other name up as a plugin.
+		return network.CreateResponse{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("plugin %q not found", req.Driver))
 	}
 	if req.EnableIPv6 != nil && *req.EnableIPv6 {
 		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support IPv6 networks yet")

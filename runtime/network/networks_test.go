@@ -103,3 +103,24 @@ func TestUserNetworks(t *testing.T) {
 		t.Errorf("links after removing every network = %v", got)
 	}
 }
+
+// TestCreateRefusesOtherDrivers: dockerd's own drivers other than bridge
+// are refused as husk's VMs cannot use them; any other name is a plugin
+// dockerd does not find.
+func TestCreateRefusesOtherDrivers(t *testing.T) {
+	m := &Manager{}
+	for _, tc := range []struct {
+		driver  string
+		is      func(error) bool
+		wantErr string
+	}{
+		{"macvlan", errdefs.IsInvalidArgument, `husk supports only the bridge network driver, not "macvlan"`},
+		{"overlay", errdefs.IsInvalidArgument, `husk supports only the bridge network driver, not "overlay"`},
+		{"nosuch", errdefs.IsNotFound, `plugin "nosuch" not found`},
+	} {
+		_, err := m.Create(context.Background(), network.CreateRequest{Name: "n", Driver: tc.driver})
+		if !tc.is(err) || err.Error() != tc.wantErr {
+			t.Errorf("driver %s: %v, want %q", tc.driver, err, tc.wantErr)
+		}
+	}
+}
