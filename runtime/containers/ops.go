@@ -323,9 +323,6 @@ func (c *ctr) resumeForSignal(ctx context.Context, orKill bool) error {
 	return nil
 }
 
-// topTitles are the columns of `ps -ef`, which dockerd runs by default.
-func topTitles() []string { return []string{"UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"} }
-
 // Top lists the container's processes as ps with psArgs would (top.go).
 func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopResponse, error) {
 	c, err := m.lookup(ref)
@@ -336,7 +333,7 @@ func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopRes
 	if err != nil {
 		return container.TopResponse{}, err
 	}
-	if cols != nil && !slices.ContainsFunc(cols, func(c psColumn) bool { return c.header == "PID" }) {
+	if !slices.ContainsFunc(cols, func(c psColumn) bool { return c.header == "PID" }) {
 		// dockerd finds the container's rows by their PID.
 		return container.TopResponse{}, errors.New("Couldn't find PID field in ps output")
 	}
@@ -359,34 +356,16 @@ func (m *Manager) Top(ctx context.Context, ref, psArgs string) (container.TopRes
 	}
 	c.emit(events.ActionTop, nil)
 	now := time.Now()
-	if cols != nil {
-		resp := container.TopResponse{Processes: [][]string{}}
-		for _, col := range cols {
-			resp.Titles = append(resp.Titles, col.header)
-		}
-		for _, p := range procs {
-			row := make([]string, len(cols))
-			for i, col := range cols {
-				row[i] = col.value(p, now)
-			}
-			resp.Processes = append(resp.Processes, row)
-		}
-		return resp, nil
+	resp := container.TopResponse{Processes: [][]string{}}
+	for _, col := range cols {
+		resp.Titles = append(resp.Titles, col.header)
 	}
-	resp := container.TopResponse{Titles: topTitles(), Processes: [][]string{}}
 	for _, p := range procs {
-		user := p.User
-		if user == "" {
-			user = fmt.Sprint(p.UID)
+		row := make([]string, len(cols))
+		for i, col := range cols {
+			row[i] = col.value(p, now)
 		}
-		tty := p.TTY
-		if tty == "" {
-			tty = "?"
-		}
-		resp.Processes = append(resp.Processes, []string{
-			user, fmt.Sprint(p.PID), fmt.Sprint(p.PPID), cpuPercent(p.CPUTime, now.Sub(p.StartTime)),
-			startTime(p.StartTime, now), tty, cpuTime(p.CPUTime), p.Cmd,
-		})
+		resp.Processes = append(resp.Processes, row)
 	}
 	return resp, nil
 }

@@ -81,7 +81,8 @@ func psLayout(psArgs string) ([]psColumn, error) {
 	case bsd:
 		names = []string{"pid", "tname", "stat", "bsdtime", "args"}
 	case full:
-		return nil, nil // the -ef layout, topTitles'
+		// dockerd's default, -ef.
+		names = []string{"user=UID", "pid", "ppid", "c", "stime", "tname", "time", "args=CMD"}
 	case jobs:
 		names = []string{"pid", "pgid", "sid", "tname", "time", "cmd=CMD"}
 	default:

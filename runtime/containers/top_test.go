@@ -13,12 +13,12 @@ import (
 func TestPSLayout(t *testing.T) {
 	for _, tc := range []struct {
 		args    string
-		titles  string // "" for the -ef layout
+		titles  string
 		wantErr string
 	}{
-		{"", "", ""},
-		{"-ef", "", ""},
-		{"-f", "", ""},
+		{"", "UID PID PPID C STIME TTY TIME CMD", ""},
+		{"-ef", "UID PID PPID C STIME TTY TIME CMD", ""},
+		{"-f", "UID PID PPID C STIME TTY TIME CMD", ""},
 		{"-e", "PID TTY TIME CMD", ""},
 		{"-A", "PID TTY TIME CMD", ""},
 		{"-ejH", "PID PGID SID TTY TIME CMD", ""},
