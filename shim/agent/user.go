@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/husk-vm/husk/shim/proto"
 )
@@ -47,14 +47,9 @@ func (e *userError) Error() string { return e.msg }
 // groupAdd is Docker's --group-add: more supplementary groups, by name or
 // number, which dockerd resolves with runc's GetAdditionalGroups.
 func resolveUser(spec string, groupAdd []string, passwd, group io.Reader) (execUser, error) {
-	var groupFile []byte
-	if group != nil {
-		var err error
-		if groupFile, err = io.ReadAll(group); err != nil {
-			return execUser{}, fmt.Errorf("read group: %w", err)
-		}
-	}
-	u, err := resolveUserGroups(spec, passwd, bytes.NewReader(groupFile))
+	// Read once, and only when the user or groupAdd needs it.
+	groups := sync.OnceValues(func() ([]groupEntry, error) { return parseGroup(group) })
+	u, err := resolveUserGroups(spec, passwd, groups)
 	if err != nil {
 		return u, err
 	}
@@ -63,7 +58,7 @@ func resolveUser(spec string, groupAdd []string, passwd, group io.Reader) (execU
 		// the memberships: `id` lists it under groups=.
 		u.Groups = append(u.Groups, u.GID)
 	}
-	added, err := additionalGroups(groupAdd, bytes.NewReader(groupFile))
+	added, err := additionalGroups(groupAdd, groups)
 	if err != nil {
 		return u, err
 	}
@@ -77,11 +72,11 @@ func resolveUser(spec string, groupAdd []string, passwd, group io.Reader) (execU
 
 // additionalGroups resolves --group-add values as runc does: a group's
 // name or number as the group file has it, else any number in range.
-func additionalGroups(names []string, group io.Reader) ([]int, error) {
+func additionalGroups(names []string, groupFile func() ([]groupEntry, error)) ([]int, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	groups, err := parseGroup(group)
+	groups, err := groupFile()
 	if err != nil {
 		return nil, fmt.Errorf("read group: %w", err)
 	}
@@ -104,7 +99,7 @@ func additionalGroups(names []string, group io.Reader) ([]int, error) {
 	return gids, nil
 }
 
-func resolveUserGroups(spec string, passwd, group io.Reader) (execUser, error) {
+func resolveUserGroups(spec string, passwd io.Reader, groupFile func() ([]groupEntry, error)) (execUser, error) {
 	u := execUser{Home: "/", Groups: []int{}}
 	userArg, groupArg, _ := strings.Cut(spec, ":")
 	uidArg, uidErr := strconv.Atoi(userArg)
@@ -146,7 +141,7 @@ func resolveUserGroups(spec string, passwd, group io.Reader) (execUser, error) {
 	if groupArg == "" && matched == nil {
 		return u, nil
 	}
-	groups, err := parseGroup(group)
+	groups, err := groupFile()
 	if err != nil {
 		return u, fmt.Errorf("read group: %w", err)
 	}
