@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strings"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 )
 
 func TestMergeImageConfig(t *testing.T) {
@@ -112,36 +114,107 @@ func TestStatusText(t *testing.T) {
 	}
 }
 
-func TestFilters(t *testing.T) {
-	rec := Record{ID: "abcdef0123", Name: "web-1", Image: "busybox", ImageID: "sha256:feed",
-		Config: &container.Config{Labels: map[string]string{"tier": "front"}},
-		State:  container.State{Status: container.StateExited, ExitCode: 3}}
-	tests := []struct {
-		filters map[string][]string
-		want    bool
+// listNet gives List the networks and ports of its containers.
+type listNet struct {
+	Network // only Settings is called
+	ports   map[string]network.PortMap
+	nets    map[string]map[string]*network.EndpointSettings
+}
+
+func (n listNet) Settings(id string, _ map[string]*network.EndpointSettings, _ network.PortSet) (network.PortMap, map[string]*network.EndpointSettings) {
+	return n.ports[id], n.nets[id]
+}
+
+// TestListFilters: GET /containers/json's filters, limit and --all as
+// dockerd applies them to the containers in its list, newest first.
+func TestListFilters(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	m := &Manager{byID: map[string]*ctr{}}
+	m.net = listNet{
+		ports: map[string]network.PortMap{
+			"bbbb02": {network.MustParsePort("80/tcp"): {{HostIP: netip.IPv4Unspecified(), HostPort: "8080"}}, network.MustParsePort("53/udp"): nil},
+		},
+		nets: map[string]map[string]*network.EndpointSettings{
+			"bbbb02": {"appnet": {NetworkID: "f00dcafe"}},
+			"aaaa01": {"bridge": {NetworkID: "b1d6e"}},
+		},
+	}
+	add := func(id, name string, age time.Duration, state container.State, labels map[string]string, mounts ...Mount) {
+		m.byID[id] = &ctr{m: m, rec: Record{ID: id, Name: name, Image: "busybox", ImageID: "sha256:feed" + id, Created: t0.Add(-age),
+			Config: &container.Config{Labels: labels}, HostConfig: &container.HostConfig{}, State: state, Mounts: mounts}}
+	}
+	add("aaaa01", "old", 3*time.Hour, container.State{Status: container.StateExited, ExitCode: 3}, map[string]string{"tier": "front"},
+		Mount{MountPoint: container.MountPoint{Type: "volume", Name: "data", Destination: "/data"}},
+		Mount{MountPoint: container.MountPoint{Type: "bind", Source: "/srv", Destination: "/srv"}})
+	add("bbbb02", "mid", 2*time.Hour, container.State{Status: container.StateRunning, Running: true}, nil)
+	add("bbbb03", "new", time.Hour, container.State{Status: container.StateCreated}, nil)
+
+	for _, tc := range []struct {
+		opts ListOptions
+		want string
 	}{
-		{map[string][]string{"name": {"^web-1$"}}, true},
-		{map[string][]string{"name": {"^/web-1$"}}, true},
-		{map[string][]string{"name": {"^web$"}}, false},
-		{map[string][]string{"id": {"abcd"}}, true},
-		{map[string][]string{"status": {"exited"}, "exited": {"3"}}, true},
-		{map[string][]string{"exited": {"0"}}, false},
-		{map[string][]string{"label": {"tier=front"}}, true},
-		{map[string][]string{"label": {"tier=back"}}, false},
-		{map[string][]string{"ancestor": {"busybox"}}, true},
-	}
-	for _, tt := range tests {
-		f, err := newFilter(tt.filters)
+		{ListOptions{}, "mid"},
+		{ListOptions{All: true}, "new mid old"},
+		{ListOptions{Limit: 1}, "new"}, // a limit lists stopped containers too
+		{ListOptions{Limit: 2, Filters: map[string][]string{"status": {"exited", "created"}}}, "new old"},
+		{ListOptions{Filters: map[string][]string{"exited": {"3"}}}, ""}, // not without --all
+		{ListOptions{All: true, Filters: map[string][]string{"exited": {"3"}}}, "old"},
+		{ListOptions{All: true, Filters: map[string][]string{"name": {"^/?mi"}}}, "mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"id": {"bbbb"}}}, "new mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"label": {"tier=front"}}}, "old"},
+		{ListOptions{All: true, Filters: map[string][]string{"label": {"tier=back"}}}, ""},
+		{ListOptions{All: true, Filters: map[string][]string{"ancestor": {"busybox"}}}, "new mid old"},
+		{ListOptions{All: true, Filters: map[string][]string{"before": {"new"}}}, "mid old"},
+		{ListOptions{All: true, Filters: map[string][]string{"before": {"bbbb02"}}}, "old"},
+		{ListOptions{All: true, Filters: map[string][]string{"since": {"aaaa"}}}, "new mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"since": {"old"}, "before": {"/new"}}}, "mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"volume": {"data"}}}, "old"},
+		{ListOptions{All: true, Filters: map[string][]string{"volume": {"/srv"}}}, "old"},
+		{ListOptions{All: true, Filters: map[string][]string{"volume": {"/nope", "/data"}}}, "old"},
+		{ListOptions{All: true, Filters: map[string][]string{"volume": {"dat"}}}, ""},
+		{ListOptions{All: true, Filters: map[string][]string{"network": {"appnet"}}}, "mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"network": {"b1d"}}}, "old"},
+		{ListOptions{All: true, Filters: map[string][]string{"network": {"app"}}}, ""},
+		{ListOptions{All: true, Filters: map[string][]string{"publish": {"8080"}}}, "mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"publish": {"8000-9000/tcp"}}}, "mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"publish": {"8080/udp"}}}, ""},
+		{ListOptions{All: true, Filters: map[string][]string{"publish": {"80"}}}, ""},
+		{ListOptions{All: true, Filters: map[string][]string{"expose": {"53/udp"}}}, "mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"expose": {"80"}}}, "mid"},
+		{ListOptions{All: true, Filters: map[string][]string{"is-task": {"true"}}}, ""},
+		{ListOptions{All: true, Filters: map[string][]string{"is-task": {"0"}}}, "new mid old"},
+		{ListOptions{All: true, Filters: map[string][]string{"isolation": {"default"}}}, "new mid old"},
+	} {
+		list, err := m.List(context.Background(), tc.opts)
 		if err != nil {
-			t.Fatalf("newFilter(%v): %v", tt.filters, err)
+			t.Errorf("List(%+v): %v", tc.opts, err)
+			continue
 		}
-		if got := f.match(rec); got != tt.want {
-			t.Errorf("filters %v match = %v, want %v", tt.filters, got, tt.want)
+		var names []string
+		for _, s := range list {
+			names = append(names, strings.TrimPrefix(s.Names[0], "/"))
+		}
+		if got := strings.Join(names, " "); got != tc.want {
+			t.Errorf("List(%+v) = %q, want %q", tc.opts, got, tc.want)
 		}
 	}
-	for _, bad := range []map[string][]string{{"colour": {"x"}}, {"status": {"sleeping"}}, {"exited": {"x"}}} {
-		if _, err := newFilter(bad); err == nil {
-			t.Errorf("newFilter(%v) accepted", bad)
+
+	for _, tc := range []struct {
+		filters map[string][]string
+		wantErr string
+	}{
+		{map[string][]string{"colour": {"x"}}, "invalid filter 'colour'"},
+		{map[string][]string{"status": {"sleeping"}}, "invalid filter 'status=sleeping'"},
+		{map[string][]string{"exited": {"x"}}, `invalid filter 'exited=x': strconv.Atoi: parsing "x": invalid syntax`},
+		{map[string][]string{"is-task": {"maybe"}}, "invalid filter 'is-task=[maybe]'"},
+		{map[string][]string{"publish": {"80:80"}}, "filter for 'publish' should not contain ':': 80:80"},
+		{map[string][]string{"expose": {"90-80"}}, "error while looking up for expose 90-80: invalid port range: 90-80"},
+		{map[string][]string{"before": {"nosuch"}}, "no such container nosuch"},
+		{map[string][]string{"since": {"bbbb"}}, "no such container bbbb"}, // two containers' prefix
+	} {
+		_, err := m.List(context.Background(), ListOptions{All: true, Filters: tc.filters})
+		if err == nil || err.Error() != tc.wantErr {
+			t.Errorf("List with filters %v: error %v, want %q", tc.filters, err, tc.wantErr)
 		}
 	}
 }

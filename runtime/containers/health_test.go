@@ -187,11 +187,11 @@ func TestHealthInPs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !f.match(Record{State: s, Config: &container.Config{}}) {
+		if !f.match(Record{State: s, Config: &container.Config{}}, container.Summary{}) {
 			t.Errorf("health=%s does not match a container whose health is %v", tt.filterWith, tt.health)
 		}
 		other, _ := newFilter(map[string][]string{"health": {"healthy"}})
-		if tt.filterWith != "healthy" && other.match(Record{State: s, Config: &container.Config{}}) {
+		if tt.filterWith != "healthy" && other.match(Record{State: s, Config: &container.Config{}}, container.Summary{}) {
 			t.Errorf("health=healthy matches a container whose health is %v", tt.health)
 		}
 	}

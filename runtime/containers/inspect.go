@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 )
 
 // Inspect answers GET /containers/{id}/json.
@@ -56,57 +58,83 @@ func (m *Manager) Inspect(ctx context.Context, ref string) (container.InspectRes
 	}, nil
 }
 
-// List answers GET /containers/json.
+// List answers GET /containers/json. It walks the containers newest
+// first, as dockerd's list does, because the before and since filters and
+// the limit are positions in that order.
 func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summary, error) {
 	f, err := newFilter(opts.Filters)
 	if err != nil {
 		return nil, err
 	}
-	all := m.all()
-	var out []container.Summary
-	// created is each listed container's creation time to the
-	// nanosecond: the summary's Created is whole seconds, and two
-	// containers created within one second must still list newest first.
-	created := map[string]time.Time{}
-	now := time.Now()
-	for _, c := range all {
+	type listed struct {
+		rec         Record
+		netSettings *container.NetworkSettings
+	}
+	var all []listed
+	for _, c := range m.all() {
 		c.mu.Lock()
-		rec := c.rec
-		netSettings := c.networkSettings()
+		all = append(all, listed{rec: c.rec, netSettings: c.networkSettings()})
 		c.mu.Unlock()
-		if !opts.All && !rec.State.Running && len(f["status"]) == 0 && len(f["exited"]) == 0 {
+	}
+	// Created is kept to the nanosecond: two containers created within
+	// one second must still list newest first.
+	sort.Slice(all, func(i, j int) bool {
+		ci, cj := all[i].rec.Created, all[j].rec.Created
+		return ci.After(cj) || ci.Equal(cj) && all[i].rec.ID < all[j].rec.ID
+	})
+	recs := make([]Record, len(all))
+	for i, l := range all {
+		recs[i] = l.rec
+	}
+	before, err := f.position("before", recs)
+	if err != nil {
+		return nil, err
+	}
+	since, err := f.position("since", recs)
+	if err != nil {
+		return nil, err
+	}
+	// A status filter lists stopped containers without --all; so does a
+	// limit (docker ps -n, -l), as in dockerd.
+	withStopped := opts.All || opts.Limit > 0 || len(f["status"]) > 0
+	out := []container.Summary{}
+	now := time.Now()
+	for _, l := range all {
+		rec := l.rec
+		if before != "" {
+			if rec.ID == before {
+				before = ""
+			}
 			continue
 		}
-		if !f.match(rec) {
+		if rec.ID == since {
+			break
+		}
+		if !withStopped && !rec.State.Running {
 			continue
 		}
-		created[rec.ID] = rec.Created
-		out = append(out, container.Summary{
+		s := container.Summary{
 			ID: rec.ID, Names: []string{"/" + rec.Name}, Image: rec.Image, ImageID: rec.ImageID,
 			Command: strings.TrimSpace(rec.Path + " " + strings.Join(rec.Args, " ")),
-			Created: rec.Created.Unix(), Ports: portSummaries(netSettings.Ports), Labels: labelsOf(rec.Config),
+			Created: rec.Created.Unix(), Ports: portSummaries(l.netSettings.Ports), Labels: labelsOf(rec.Config),
 			State: rec.State.Status, Status: statusText(rec.State, now),
 			HostConfig: struct {
 				NetworkMode string            `json:",omitempty"`
 				Annotations map[string]string `json:",omitempty"`
 			}{NetworkMode: string(rec.HostConfig.NetworkMode)},
-			NetworkSettings: &container.NetworkSettingsSummary{Networks: netSettings.Networks},
+			NetworkSettings: &container.NetworkSettingsSummary{Networks: l.netSettings.Networks},
 			Mounts:          mountPoints(rec.Mounts),
-		})
-	}
-	// Newest first, as dockerd lists them.
-	sort.Slice(out, func(i, j int) bool {
-		ci, cj := created[out[i].ID], created[out[j].ID]
-		return ci.After(cj) || ci.Equal(cj) && out[i].ID < out[j].ID
-	})
-	if opts.Limit > 0 && len(out) > opts.Limit {
-		out = out[:opts.Limit]
+		}
+		if !f.match(rec, s) {
+			continue
+		}
+		out = append(out, s)
+		if opts.Limit > 0 && len(out) == opts.Limit {
+			break
+		}
 	}
 	if opts.Size {
 		m.fillSizes(ctx, out)
-	}
-	if out == nil {
-		out = []container.Summary{}
 	}
 	return out, nil
 }
@@ -178,7 +206,13 @@ func humanDuration(d time.Duration) string {
 // filter is the parsed `filters` query of GET /containers/json.
 type filter map[string][]string
 
-var containerFilters = map[string]bool{"id": true, "name": true, "status": true, "label": true, "exited": true, "ancestor": true, "health": true}
+// containerFilters are the keys dockerd's list accepts. isolation is
+// Windows' alone: on Linux it matches every container, as in dockerd.
+var containerFilters = map[string]bool{
+	"id": true, "name": true, "status": true, "label": true, "exited": true, "ancestor": true, "health": true,
+	"before": true, "since": true, "volume": true, "network": true, "publish": true, "expose": true,
+	"is-task": true, "isolation": true,
+}
 
 func newFilter(raw map[string][]string) (filter, error) {
 	for k := range raw {
@@ -199,13 +233,66 @@ func newFilter(raw map[string][]string) (filter, error) {
 	}
 	for _, s := range raw["exited"] {
 		if _, err := strconv.Atoi(s); err != nil {
-			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter 'exited=" + s + "'")
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'exited=%s': %v", s, err))
+		}
+	}
+	if vals := raw["is-task"]; len(vals) > 0 {
+		// dockerd's GetBoolOrDefault: one truth, stated in either form.
+		isTrue := slices.Contains(vals, "true") || slices.Contains(vals, "1")
+		isFalse := slices.Contains(vals, "false") || slices.Contains(vals, "0")
+		if isTrue == isFalse {
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'is-task=%s'", vals))
+		}
+	}
+	for _, key := range []string{"publish", "expose"} {
+		for _, v := range raw[key] {
+			if _, err := parsePortFilter(key, v); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return filter(raw), nil
 }
 
-func (f filter) match(rec Record) bool {
+// parsePortFilter reads a publish or expose filter: a port or a range,
+// with or without a protocol (tcp by default), as dockerd's portOp does.
+func parsePortFilter(key, v string) (network.PortRange, error) {
+	if strings.Contains(v, ":") {
+		return network.PortRange{}, fmt.Errorf("filter for '%s' should not contain ':': %s", key, v)
+	}
+	pr, err := network.ParsePortRange(v)
+	if err != nil {
+		return network.PortRange{}, fmt.Errorf("error while looking up for %s %s: %w", key, v, err)
+	}
+	return pr, nil
+}
+
+// position resolves the before or since filter to the ID of the container
+// it names (the last value wins, as in dockerd): a full ID, a name, or a
+// unique ID prefix. recs are the containers to look among.
+func (f filter) position(key string, recs []Record) (string, error) {
+	vals := f[key]
+	if len(vals) == 0 {
+		return "", nil
+	}
+	v := vals[len(vals)-1]
+	name := strings.TrimPrefix(v, "/")
+	var byPrefix []string
+	for _, rec := range recs {
+		if rec.ID == v || rec.Name == name {
+			return rec.ID, nil
+		}
+		if strings.HasPrefix(rec.ID, v) {
+			byPrefix = append(byPrefix, rec.ID)
+		}
+	}
+	if len(byPrefix) == 1 {
+		return byPrefix[0], nil
+	}
+	return "", errdefs.ErrNotFound.WithMessage("no such container " + v)
+}
+
+func (f filter) match(rec Record, s container.Summary) bool {
 	any := func(key string, ok func(string) bool) bool {
 		vals := f[key]
 		if len(vals) == 0 {
@@ -229,7 +316,48 @@ func (f filter) match(rec Record) bool {
 			return rec.Image == v || rec.ImageID == v || strings.HasPrefix(strings.TrimPrefix(rec.ImageID, "sha256:"), v)
 		}) &&
 		any("health", func(v string) bool { return healthFilterValue(rec.State) == v }) &&
+		// No container of husk's is a swarm task.
+		any("is-task", func(v string) bool { return v == "false" || v == "0" }) &&
+		any("volume", func(v string) bool {
+			return slices.ContainsFunc(s.Mounts, func(mp container.MountPoint) bool {
+				id := mp.Name
+				if id == "" {
+					id = mp.Source
+				}
+				return v == id || v == mp.Destination
+			})
+		}) &&
+		any("network", func(v string) bool {
+			if s.NetworkSettings == nil {
+				return false
+			}
+			if _, ok := s.NetworkSettings.Networks[v]; ok {
+				return true
+			}
+			for _, ep := range s.NetworkSettings.Networks {
+				if ep != nil && strings.HasPrefix(ep.NetworkID, v) {
+					return true
+				}
+			}
+			return false
+		}) &&
+		// dockerd keeps a container if any of its ports is one a publish
+		// or an expose filter names.
+		(len(f["publish"])+len(f["expose"]) == 0 || slices.ContainsFunc(s.Ports, func(p container.PortSummary) bool {
+			return f.portIn("publish", p.PublicPort, p.Type) || f.portIn("expose", p.PrivatePort, p.Type)
+		})) &&
 		allLabels(f["label"], labelsOf(rec.Config))
+}
+
+// portIn reports whether port/proto is in a range the key's filters name.
+func (f filter) portIn(key string, port uint16, proto string) bool {
+	for _, v := range f[key] {
+		pr, err := parsePortFilter(key, v)
+		if err == nil && string(pr.Proto()) == proto && pr.Start() <= port && port <= pr.End() {
+			return true
+		}
+	}
+	return false
 }
 
 // allLabels: every label filter ("k" or "k=v") must match.
