@@ -143,10 +143,14 @@ func (c *ctr) resolveLinks() (hosts, env []string, err error) {
 			}
 			return nil, nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Cannot link to /%s, as it does not belong to the default network", name))
 		}
-		for _, h := range []string{l.alias, t.rec.ID[:12], name} {
-			if entry := h + ":" + ip; !slices.Contains(hosts, entry) {
-				hosts = append(hosts, entry)
-			}
+		// One line per link, as dockerd writes it: the alias, the
+		// target's hostname, and its name when the alias is not it.
+		names := l.alias + " " + t.rec.Config.Hostname
+		if l.alias != name {
+			names += " " + name
+		}
+		if entry := names + ":" + ip; !slices.Contains(hosts, entry) {
+			hosts = append(hosts, entry)
 		}
 		if via == "bridge" {
 			env = append(env, linkEnv(me, l.alias, ip, t.rec.Config.ExposedPorts, t.rec.Config.Env)...)

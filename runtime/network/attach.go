@@ -325,7 +325,7 @@ func (m *Manager) Attach(ctx context.Context, req Request) (_ *Attachment, err e
 		att.Guest = nil
 	}
 	m.dns.add(req.ContainerID, sb.rec.Endpoints)
-	att.Hosts = hostsFile(req.Hostname, req.Domainname, own, req.ExtraHosts)
+	att.Hosts = hostsFile(req.Hostname, req.Domainname, own, req.ExtraHosts, m.opts.BridgeIP.Addr())
 	hostResolv, _ := os.ReadFile(m.opts.ResolvConf)
 	var dns []string
 	for _, a := range req.DNS {

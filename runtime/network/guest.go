@@ -15,10 +15,15 @@ const defaultHosts = "127.0.0.1\tlocalhost\n" +
 	"ff02::1\tip6-allnodes\n" +
 	"ff02::2\tip6-allrouters\n"
 
+// hostGatewayName is the address of an --add-host entry that stands for
+// the host: dockerd's "host-gateway".
+const hostGatewayName = "host-gateway"
+
 // hostsFile is a container's /etc/hosts in dockerd's order: the defaults,
 // the --add-host entries ("name:ip"), then the container's own address
-// with its hostname (none without a network).
-func hostsFile(hostname, domainname string, own netip.Addr, extra []string) string {
+// with its hostname (none without a network). hostGateway is the address
+// "host-gateway" stands for: the default bridge's, as in dockerd.
+func hostsFile(hostname, domainname string, own netip.Addr, extra []string, hostGateway netip.Addr) string {
 	var b strings.Builder
 	b.WriteString(defaultHosts)
 	for _, e := range extra {
@@ -26,6 +31,9 @@ func hostsFile(hostname, domainname string, own netip.Addr, extra []string) stri
 		name, ip, ok := strings.Cut(e, ":")
 		if !ok {
 			continue
+		}
+		if ip == hostGatewayName {
+			ip = hostGateway.String()
 		}
 		b.WriteString(ip + "\t" + name + "\n")
 	}

@@ -22,6 +22,12 @@ func TestHostsFile(t *testing.T) {
 		name: "fqdn and add-host", hostname: "web", domain: "example.test", own: "10.123.0.3",
 		extra: []string{"db:10.0.0.9", "v6:fd00::1"},
 		want:  defaultHosts + "10.0.0.9\tdb\nfd00::1\tv6\n10.123.0.3\tweb.example.test web\n",
+	}, {
+		// host-gateway is the default bridge's address whatever the
+		// container's network; a link's names share one line.
+		name: "host-gateway and a link", hostname: "app", own: "10.200.0.5",
+		extra: []string{"host.docker.internal:host-gateway", "db 0123456789ab db-1:10.123.0.7"},
+		want:  defaultHosts + "10.123.0.1\thost.docker.internal\n10.123.0.7\tdb 0123456789ab db-1\n10.200.0.5\tapp\n",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -29,7 +35,7 @@ func TestHostsFile(t *testing.T) {
 			if tt.own != "" {
 				own = netip.MustParseAddr(tt.own)
 			}
-			if got := hostsFile(tt.hostname, tt.domain, own, tt.extra); got != tt.want {
+			if got := hostsFile(tt.hostname, tt.domain, own, tt.extra, netip.MustParseAddr("10.123.0.1")); got != tt.want {
 				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
 			}
 		})
