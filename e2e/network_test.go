@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -241,8 +242,8 @@ func TestPublishSurvivesDaemonCrash(t *testing.T) {
 	srv := containerName(t, "")
 	mustDocker(t, append([]string{"run", "-d", "--name", srv, "-p", "127.0.0.1::8080", "-P", "--expose", "9000", img}, webServer("crash")...)...)
 	ports := inspectNet(t, srv).NetworkSettings.Ports
-	if len(ports["8080/tcp"]) != 1 || len(ports["9000/tcp"]) != 1 || ports["9000/tcp"][0].HostIp != "0.0.0.0" {
-		t.Fatalf("ports = %+v, want 8080 on 127.0.0.1 and -P's 9000 on 0.0.0.0", ports)
+	if p := ports["9000/tcp"]; len(ports["8080/tcp"]) != 1 || len(p) != 2 || p[0].HostIp != "0.0.0.0" || p[1].HostIp != "::" || p[0].HostPort != p[1].HostPort {
+		t.Fatalf("ports = %+v, want 8080 on 127.0.0.1 and -P's 9000 on 0.0.0.0 and [::] at one port", ports)
 	}
 	url := "http://127.0.0.1:" + ports["8080/tcp"][0].HostPort + "/"
 	eventually(t, "published port answers", func() string {
@@ -258,8 +259,8 @@ func TestPublishSurvivesDaemonCrash(t *testing.T) {
 
 	crashDaemon(t)
 
-	if got := inspectNet(t, srv).NetworkSettings.Ports["8080/tcp"]; len(got) != 1 || got[0] != ports["8080/tcp"][0] {
-		t.Errorf("ports after the crash = %+v, want %+v", got, ports["8080/tcp"])
+	if got := inspectNet(t, srv).NetworkSettings.Ports; !reflect.DeepEqual(got, ports) {
+		t.Errorf("ports after the crash = %+v, want %+v", got, ports)
 	}
 	if body, err := httpGet(url); err != nil || body != "hello from crash\n" {
 		t.Errorf("after the daemon crash: %q, %v", body, err)
@@ -396,7 +397,7 @@ func TestUserNetworks(t *testing.T) {
 
 // TestLinks: legacy --link on the default bridge. The linked container
 // must exist at create and run at start; the linking one then resolves it
-// under the alias, its name and its short ID through /etc/hosts, and gets
+// under the alias, its hostname and its name through /etc/hosts, and gets
 // dockerd's ALIAS_* variables for its address, exposed ports and
 // environment, its own -e winning over them.
 func TestLinks(t *testing.T) {
@@ -408,8 +409,9 @@ func TestLinks(t *testing.T) {
 	id := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", target))[:12]
 	linker := containerName(t, "-web")
 	out := mustDocker(t, "run", "--rm", "--name", linker, "--link", target+":db", "-e", "DB_ENV_FOO=mine", img, "sh", "-c",
-		"for h in db "+target+" "+id+"; do awk -v h=$h '$2 == h {print $1}' /etc/hosts; done; env | grep ^DB_ | sort")
-	want := strings.Repeat(ip+"\n", 3) +
+		"grep -w db /etc/hosts; env | grep ^DB_ | sort")
+	// One line, as dockerd writes it: alias, hostname, name.
+	want := ip + "\tdb " + id + " " + target + "\n" +
 		"DB_ENV_FOO=mine\n" +
 		"DB_NAME=/" + linker + "/db\n" +
 		"DB_PORT=tcp://" + ip + ":5432\n" +
@@ -423,7 +425,7 @@ func TestLinks(t *testing.T) {
 	// An exec gets the links' variables too, and inspect names the link
 	// as dockerd stores it.
 	mustDocker(t, "run", "-d", "--name", linker, "--link", target+":db", "-e", "DB_ENV_FOO=mine", img, "sleep", "1000")
-	envWant := want[strings.Index(want, "DB_"):]
+	envWant := want[strings.Index(want, "DB_ENV"):]
 	if got := mustDocker(t, "exec", linker, "sh", "-c", "env | grep ^DB_ | sort"); got != envWant {
 		t.Errorf("an exec in the linking container sees\n%s\nwant\n%s", got, envWant)
 	}
@@ -453,4 +455,41 @@ func TestLinks(t *testing.T) {
 		t.Errorf("link to a missing container: exit %d, %q; want 125 and %q", r.Code, r.Stderr, want)
 	}
 	mustDocker(t, "rm", "-f", target)
+}
+
+// TestHostGateway: a port published without a host address is bound on
+// 0.0.0.0 and [::], as dockerd binds it; --add-host NAME:host-gateway
+// names the host, as dockerd's does (the default bridge's address, from
+// any network): a container on a network of its own reaches the port
+// another container published on the host through it.
+func TestHostGateway(t *testing.T) {
+	requireBridge(t)
+	img := pulled(t, testimages.Busybox)
+	srv := containerName(t, "-srv")
+	mustDocker(t, append([]string{"run", "-d", "--name", srv, "-p", "8080", img}, webServer("srv")...)...)
+	bound := inspectNet(t, srv).NetworkSettings.Ports["8080/tcp"]
+	if len(bound) != 2 || bound[0].HostIp != "0.0.0.0" || bound[1].HostIp != "::" || bound[0].HostPort != bound[1].HostPort {
+		t.Fatalf("Ports[8080/tcp] = %+v, want 0.0.0.0 and [::] at one port, as dockerd binds -p 8080", bound)
+	}
+	hostPort := bound[0].HostPort
+	for _, url := range []string{"http://127.0.0.1:" + hostPort + "/", "http://[::1]:" + hostPort + "/"} {
+		eventually(t, url+" answers", func() string {
+			if body, err := httpGet(url); err != nil || body != "hello from srv\n" {
+				return fmt.Sprintf("%q, %v", body, err)
+			}
+			return ""
+		})
+	}
+	if out := mustDocker(t, "port", srv); out != "8080/tcp -> 0.0.0.0:"+hostPort+"\n8080/tcp -> [::]:"+hostPort+"\n" {
+		t.Errorf("docker port = %q", out)
+	}
+	netName := containerName(t, "-net")
+	mustDocker(t, "network", "create", netName)
+	t.Cleanup(func() { docker(t, "network", "rm", netName) })
+	out := mustDocker(t, "run", "--rm", "--network", netName, "--add-host", "host.docker.internal:host-gateway", img, "sh", "-c",
+		"grep -w host.docker.internal /etc/hosts; wget -q -O - http://host.docker.internal:"+hostPort+"/")
+	if want := "10.123.0.1\thost.docker.internal\nhello from srv\n"; out != want {
+		t.Errorf("a container with --add-host host.docker.internal:host-gateway sees\n%s\nwant\n%s", out, want)
+	}
+	mustDocker(t, "rm", "-f", srv)
 }

@@ -103,7 +103,8 @@ func portSummaries(ports network.PortMap) []container.PortSummary {
 			out = append(out, container.PortSummary{IP: b.HostIP, PrivatePort: p.Num(), PublicPort: uint16(pub), Type: string(p.Proto())})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
+	// Stable: a port's bindings keep their order, 0.0.0.0 before [::].
+	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].PrivatePort != out[j].PrivatePort {
 			return out[i].PrivatePort < out[j].PrivatePort
 		}

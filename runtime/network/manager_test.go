@@ -280,3 +280,66 @@ func TestPublishedPortForwardsAndCloses(t *testing.T) {
 		t.Errorf("published port still accepts after detach")
 	}
 }
+
+// TestPublishedPortDualStack: a port published with no host address is
+// bound on 0.0.0.0 and [::] at one port, as dockerd binds it; both
+// forward, inspect shows IPv4 first, and detach closes both.
+func TestPublishedPortDualStack(t *testing.T) {
+	if l, err := net.Listen("tcp6", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	} else {
+		l.Close()
+	}
+	ctx := context.Background()
+	m := testManager(t, t.TempDir(), newFakeLinks())
+	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	backend, err := net.Listen("tcp4", "127.77.0.2:0")
+	if err != nil {
+		t.Skipf("cannot listen on 127.77.0.2: %v", err)
+	}
+	defer backend.Close()
+	go func() {
+		for {
+			c, err := backend.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "hello\n")
+			c.Close()
+		}
+	}()
+	port := network.MustParsePort(fmt.Sprintf("%d/tcp", backend.Addr().(*net.TCPAddr).Port))
+	nets, _ := m.Configure("bridge", nil)
+	if _, err := m.Attach(ctx, Request{ContainerID: ctrA, Name: "web", Networks: nets, PortBindings: network.PortMap{port: nil}}); err != nil {
+		t.Fatal(err)
+	}
+	ports, _ := m.Settings(ctrA, nets, nil)
+	bound := ports[port]
+	if len(bound) != 2 || bound[0].HostIP.String() != "0.0.0.0" || bound[1].HostIP.String() != "::" || bound[0].HostPort != bound[1].HostPort {
+		t.Fatalf("published = %+v, want 0.0.0.0 and :: at one port", bound)
+	}
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		addr := net.JoinHostPort(host, bound[0].HostPort)
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Errorf("dial %s: %v", addr, err)
+			continue
+		}
+		reply, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if reply != "hello\n" {
+			t.Errorf("reply through %s = %q, %v", addr, reply, err)
+		}
+	}
+	if err := m.Detach(ctx, ctrA); err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		if c, err := net.Dial("tcp", net.JoinHostPort(host, bound[0].HostPort)); err == nil {
+			c.Close()
+			t.Errorf("%s still accepts after detach", host)
+		}
+	}
+}

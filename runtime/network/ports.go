@@ -21,11 +21,14 @@ type portRecord struct {
 }
 
 // portRequest is one binding to make: HostPort 0 means any free port;
-// a range (--publish 8000-8010:80) tries each in turn.
+// a range (--publish 8000-8010:80) tries each in turn. A binding that names
+// no host address is bound on 0.0.0.0 and, where the host has IPv6, on
+// [::] at the same port, as dockerd binds it.
 type portRequest struct {
 	port     network.Port
 	hostIP   netip.Addr
 	low, top uint16
+	dual     bool
 }
 
 // portRequests turns PortBindings and -P into bindings to make, in a
@@ -38,12 +41,9 @@ func portRequests(bindings network.PortMap, publishAll bool, exposed network.Por
 			bs = []network.PortBinding{{}}
 		}
 		for _, b := range bs {
-			r := portRequest{port: port, hostIP: b.HostIP}
+			r := portRequest{port: port, hostIP: b.HostIP.Unmap()}
 			if !r.hostIP.IsValid() {
-				r.hostIP = netip.IPv4Unspecified()
-			}
-			if !r.hostIP.Is4() {
-				return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("husk publishes ports on IPv4 addresses only: %s", r.hostIP))
+				r.hostIP, r.dual = netip.IPv4Unspecified(), true
 			}
 			low, top, err := hostPortRange(b.HostPort)
 			if err != nil {
@@ -58,7 +58,7 @@ func portRequests(bindings network.PortMap, publishAll bool, exposed network.Por
 			if _, bound := bindings[port]; bound {
 				continue
 			}
-			out = append(out, portRequest{port: port, hostIP: netip.IPv4Unspecified()})
+			out = append(out, portRequest{port: port, hostIP: netip.IPv4Unspecified(), dual: true})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -121,6 +121,20 @@ func (m *Manager) openPortsLocked(sb *sandbox, req Request) error {
 		}
 		sb.proxies = append(sb.proxies, px)
 		sb.rec.Ports = append(sb.rec.Ports, rec)
+		if !r.dual {
+			continue
+		}
+		// The IPv6 twin takes the port the IPv4 binding got. A host
+		// without IPv6, or with the port taken there, keeps IPv4 alone,
+		// as dockerd does.
+		rec6 := portRecord{Port: rec.Port, HostIP: netip.IPv6Unspecified(), HostPort: rec.HostPort}
+		px6, err := listenProxy(rec6, target, m.log)
+		if err != nil {
+			m.log.Debug("published on IPv4 only", "container", short(req.ContainerID), "port", rec.Port, "err", err)
+			continue
+		}
+		sb.proxies = append(sb.proxies, px6)
+		sb.rec.Ports = append(sb.rec.Ports, rec6)
 	}
 	return nil
 }
@@ -157,6 +171,9 @@ func (m *Manager) portTakenLocked(want portRecord) bool {
 		for _, p := range sb.rec.Ports {
 			if p.HostPort != want.HostPort || p.Port[strings.IndexByte(p.Port, '/')+1:] != proto {
 				continue
+			}
+			if p.HostIP.Is4() != want.HostIP.Is4() {
+				continue // 0.0.0.0 and [::] are bound apart
 			}
 			if p.HostIP == want.HostIP || p.HostIP.IsUnspecified() || want.HostIP.IsUnspecified() {
 				return true

@@ -27,9 +27,15 @@ func listenProxy(rec portRecord, target netip.Addr, log *slog.Logger) (proxy, er
 	host := net.JoinHostPort(rec.HostIP.String(), fmt.Sprint(rec.HostPort))
 	backend := net.JoinHostPort(target.String(), num)
 	log = log.With("published", host+"/"+proto, "backend", backend)
+	// tcp6 and udp6 bind [::] with IPV6_V6ONLY, leaving IPv4 to the
+	// binding on 0.0.0.0 beside it.
+	family := "4"
+	if rec.HostIP.Is6() {
+		family = "6"
+	}
 	switch proto {
 	case "tcp":
-		l, err := net.Listen("tcp4", host)
+		l, err := net.Listen("tcp"+family, host)
 		if err != nil {
 			return nil, fmt.Errorf("Error starting userland proxy: %w", err)
 		}
@@ -38,7 +44,7 @@ func listenProxy(rec portRecord, target netip.Addr, log *slog.Logger) (proxy, er
 		go p.serve()
 		return p, nil
 	case "udp":
-		c, err := net.ListenPacket("udp4", host)
+		c, err := net.ListenPacket("udp"+family, host)
 		if err != nil {
 			return nil, fmt.Errorf("Error starting userland proxy: %w", err)
 		}
