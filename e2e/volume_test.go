@@ -311,3 +311,72 @@ func TestSocketBindMount(t *testing.T) {
 	}
 	mustDocker(t, "rm", "-f", name)
 }
+
+// mountedVolume reports whether the volume's directory is a mount point
+// on the host, whatever the daemon's root.
+func mountedVolume(t *testing.T, name string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(b), "/volumes/"+name+"/_data ") || strings.Contains(string(b), "/"+name+"/_data ")
+}
+
+// TestVolumeMountOptions: the local driver's mount options, as compose's
+// driver_opts give them. A bind volume's content is its device's, on the
+// host, and stays there when the volume goes; a tmpfs volume is a tmpfs
+// of the size asked; a device that is not there fails the start in
+// dockerd's words. Nothing stays mounted once the volumes are gone.
+func TestVolumeMountOptions(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "seed"), []byte("from-host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bound, tmp, missing := namePrefix(t)+"-bind", namePrefix(t)+"-tmpfs", namePrefix(t)+"-missing"
+	t.Cleanup(func() { docker(t, "volume", "rm", "-f", bound, tmp, missing) })
+
+	mustDocker(t, "volume", "create", "-o", "type=none", "-o", "o=bind", "-o", "device="+dir, bound)
+	if got, want := mustDocker(t, "volume", "inspect", "-f", "{{json .Options}}", bound), `{"device":"`+dir+`","o":"bind","type":"none"}`+"\n"; got != want {
+		t.Errorf("volume inspect Options = %s, want %s", got, want)
+	}
+	if out := mustDocker(t, "run", "--rm", "-v", bound+":/data", img, "sh", "-c", "cat /data/seed; echo from-guest > /data/out"); out != "from-host\n" {
+		t.Errorf("the container read %q from the bind volume, want the device's from-host", out)
+	}
+	if content, _, _ := hostFile(t, filepath.Join(dir, "out")); content != "from-guest\n" {
+		t.Errorf("the device holds %q, want what the container wrote", content)
+	}
+	mustDocker(t, "volume", "rm", bound)
+	if mountedVolume(t, bound) {
+		t.Errorf("%s is still mounted after volume rm", bound)
+	}
+	for _, f := range []string{"seed", "out"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("removing the volume took its device's %s: %v", f, err)
+		}
+	}
+
+	mustDocker(t, "volume", "create", "-o", "type=tmpfs", "-o", "device=tmpfs", "-o", "o=size=1m", tmp)
+	if out := mustDocker(t, "run", "--rm", "-v", tmp+":/t", img, "sh", "-c", "df -k /t | tail -n 1 | awk '{print $2}'"); out != "1024\n" {
+		t.Errorf("the tmpfs volume's size is %q KiB, want 1024", out)
+	}
+	mustDocker(t, "volume", "rm", tmp)
+	if mountedVolume(t, tmp) {
+		t.Errorf("%s is still mounted after volume rm", tmp)
+	}
+
+	mustDocker(t, "volume", "create", "-o", "type=none", "-o", "o=bind", "-o", "device=/nonexistent-husk-e2e", missing)
+	r := docker(t, "run", "--rm", "-v", missing+":/x", img, "true")
+	// 127: the CLI takes "no such file or directory" for a missing command.
+	if r.Code != 127 || !strings.Contains(r.Stderr, "failed to mount local volume: mount /nonexistent-husk-e2e:") {
+		t.Errorf("a start with a missing device: %+v, want exit 127 and dockerd's mount error", r)
+	}
+	if r := docker(t, "volume", "create", "-o", "type=tmpfs", namePrefix(t)+"-nodevice"); r.Code != 1 || !strings.Contains(r.Stderr, `missing required option: "device"`) {
+		t.Errorf("a type without a device: %+v, want dockerd's refusal", r)
+	}
+}

@@ -30,6 +30,9 @@ type Volumes interface {
 	// Use creates the volume when missing (an empty name makes an
 	// anonymous one) and records that the container uses it.
 	Use(ctx context.Context, req volume.CreateRequest, containerID string) (volume.Volume, error)
+	// Mount readies a volume for a start (mounting what its options
+	// name) and returns where its content is.
+	Mount(ctx context.Context, name string) (string, error)
 	Acquire(name, containerID string) error
 	Release(name, containerID string)
 	Remove(ctx context.Context, name string, force bool) error
@@ -505,6 +508,11 @@ func (c *ctr) startShares(ctx context.Context, vmDir string) (_ *shares, _ []vmm
 			continue
 		}
 		src := mp.Source
+		if mp.Type == mount.TypeVolume && mp.Name != "" && c.m.volumes != nil {
+			if src, err = c.m.volumes.Mount(ctx, mp.Name); err != nil {
+				return nil, nil, nil, err
+			}
+		}
 		st, err := os.Stat(src)
 		if errors.Is(err, fs.ErrNotExist) && mp.CreateSource {
 			if err := os.MkdirAll(src, 0o755); err != nil {

@@ -7,6 +7,14 @@
 // On disk, ROOT/NAME/volume.json is the record (written atomically) and
 // ROOT/NAME/_data the content. A directory without a record is a create
 // that never finished and is removed at start.
+//
+// A volume created with the local driver's type, device and o options
+// (`-o type=none -o o=bind -o device=/srv/data`, `-o type=tmpfs ...`) has
+// that filesystem mounted on its _data, as dockerd mounts it: when a
+// container that uses it starts. dockerd unmounts it when the last such
+// container stops; husk when the last such container is removed, since a
+// container's stop has no hook into the store. So a tmpfs volume keeps
+// its content across a restart of the container that uses it.
 package volumes
 
 import (
@@ -31,6 +39,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/google/renameio/v2"
 	"github.com/moby/moby/api/types/volume"
+	"github.com/moby/sys/mount"
+	"github.com/moby/sys/mountinfo"
 )
 
 // DriverLocal is the only driver.
@@ -51,8 +61,9 @@ var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
 
 // Store holds every volume.
 type Store struct {
-	root string
-	log  *slog.Logger
+	root  string
+	log   *slog.Logger
+	mount mounter
 
 	mu   sync.Mutex
 	vols map[string]*record
@@ -77,7 +88,7 @@ func New(root string, log *slog.Logger) (*Store, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("create volume root: %w", err)
 	}
-	s := &Store{root: root, log: log, vols: map[string]*record{}, refs: map[string]map[string]struct{}{}}
+	s := &Store{root: root, log: log, mount: hostMounter{}, vols: map[string]*record{}, refs: map[string]map[string]struct{}{}}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
@@ -90,7 +101,7 @@ func New(root string, log *slog.Logger) (*Store, error) {
 		b, err := os.ReadFile(filepath.Join(dir, recordFile))
 		if errors.Is(err, fs.ErrNotExist) {
 			log.Warn("removing incomplete volume", "dir", dir)
-			if err := os.RemoveAll(dir); err != nil {
+			if err := s.removeDir(dir); err != nil {
 				log.Error("remove incomplete volume", "dir", dir, "err", err)
 			}
 			continue
@@ -168,18 +179,111 @@ func (s *Store) create(req volume.CreateRequest) (*record, error) {
 	return rec, nil
 }
 
-// validateOptions refuses driver options: the local driver's type, device
-// and o mount a filesystem on the host, which husk does not do.
+// validateOptions checks the local driver's options as dockerd's does:
+// type, device and o name a filesystem to mount, and each needs the
+// others it cannot do without. size is a quota, which husk's volume
+// directories cannot have.
 func validateOptions(name string, opts map[string]string) error {
-	for k := range opts {
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
 		switch k {
-		case "type", "device", "o", "size":
-			return errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf("create %s: husk: local volume option %q is not supported: volumes are plain directories shared with the VM", name, k))
+		case "type", "device", "o":
+		case "size":
+			if opts[k] != "0" {
+				return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("create %s: quota size requested but no quota support", name))
+			}
 		default:
 			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("create %s: invalid option: %q", name, k))
 		}
 	}
+	for _, req := range []struct{ opt, needs string }{{"device", "type"}, {"type", "device"}, {"o", "device"}, {"o", "type"}} {
+		if _, ok := opts[req.opt]; !ok {
+			continue
+		}
+		if _, ok := opts[req.needs]; !ok {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("create %s: missing required option: %q", name, req.needs))
+		}
+	}
 	return nil
+}
+
+// needsMount: the volume's content is a filesystem its options name.
+func (rec *record) needsMount() bool {
+	return rec.Options["type"] != "" || rec.Options["device"] != ""
+}
+
+// mounter mounts and unmounts volumes' filesystems; hostMounter is the
+// real one.
+type mounter interface {
+	Mount(device, target, fsType, options string) error
+	Unmount(target string) error
+	Mounted(path string) (bool, error)
+}
+
+type hostMounter struct{}
+
+func (hostMounter) Mount(device, target, fsType, options string) error {
+	return mount.Mount(device, target, fsType, options)
+}
+func (hostMounter) Unmount(target string) error       { return mount.Unmount(target) }
+func (hostMounter) Mounted(path string) (bool, error) { return mountinfo.Mounted(path) }
+
+// Mount makes the named volume's content ready for a container that
+// starts and returns where it is: a volume with mount options gets its
+// filesystem mounted on _data unless it already is (by an earlier start,
+// or before the daemon restarted).
+func (s *Store) Mount(ctx context.Context, name string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.vols[name]
+	if !ok {
+		return "", noSuchVolume(name)
+	}
+	path := s.Mountpoint(name)
+	if !rec.needsMount() {
+		return path, nil
+	}
+	mounted, err := s.mount.Mounted(path)
+	if err != nil {
+		return "", fmt.Errorf("error while mounting volume '%s': %w", path, err)
+	}
+	if mounted {
+		return path, nil
+	}
+	if err := s.mount.Mount(rec.Options["device"], path, rec.Options["type"], rec.Options["o"]); err != nil {
+		return "", fmt.Errorf("error while mounting volume '%s': failed to mount local volume: %w", path, err)
+	}
+	s.log.Info("volume mounted", "name", name, "type", rec.Options["type"], "device", rec.Options["device"])
+	return path, nil
+}
+
+// unmount undoes Mount with s.mu held, and makes sure nothing is mounted
+// on _data any more: what is under it then is the volume's own (empty)
+// directory, never the device a bind volume names.
+func (s *Store) unmount(name string) error {
+	path := s.Mountpoint(name)
+	if err := s.mount.Unmount(path); err != nil {
+		return fmt.Errorf("unmount volume %s: %w", name, err)
+	}
+	if mounted, err := s.mount.Mounted(path); err != nil || mounted {
+		return fmt.Errorf("unmount volume %s: still mounted (%v)", name, err)
+	}
+	return nil
+}
+
+// removeDir removes a volume's directory unless something is still
+// mounted on its _data: RemoveAll would go into the mounted filesystem
+// and delete what a bind volume's device holds.
+func (s *Store) removeDir(dir string) error {
+	data := filepath.Join(dir, dataDir)
+	if _, err := os.Lstat(data); err == nil {
+		if err := s.mount.Unmount(data); err != nil {
+			return err
+		}
+		if mounted, err := s.mount.Mounted(data); err != nil || mounted {
+			return fmt.Errorf("%s is still mounted (%v)", data, err)
+		}
+	}
+	return os.RemoveAll(dir)
 }
 
 func (s *Store) save(rec *record) error {
@@ -326,12 +430,17 @@ func (s *Store) Remove(ctx context.Context, name string, force bool) error {
 // leaves a directory New cleans up, never a record without its data.
 func (s *Store) remove(name string) error {
 	dir := filepath.Join(s.root, name)
+	if s.vols[name].needsMount() {
+		if err := s.unmount(name); err != nil {
+			return fmt.Errorf("remove %s: %w", name, err)
+		}
+	}
 	if err := os.Remove(filepath.Join(dir, recordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove volume %s: %w", name, err)
 	}
 	delete(s.vols, name)
 	delete(s.refs, name)
-	if err := os.RemoveAll(dir); err != nil {
+	if err := s.removeDir(dir); err != nil {
 		s.log.Warn("remove volume data", "name", name, "err", err)
 	}
 	s.log.Info("volume removed", "name", name)
@@ -436,13 +545,20 @@ func (s *Store) ref(name, container string) {
 	s.refs[name][container] = struct{}{}
 }
 
-// Release records that container no longer uses the volume.
+// Release records that container no longer uses the volume; the last
+// user's release unmounts what Mount mounted.
 func (s *Store) Release(name, container string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.refs[name], container)
-	if len(s.refs[name]) == 0 {
-		delete(s.refs, name)
+	if len(s.refs[name]) > 0 {
+		return
+	}
+	delete(s.refs, name)
+	if rec, ok := s.vols[name]; ok && rec.needsMount() {
+		if err := s.unmount(name); err != nil {
+			s.log.Warn("unmount unused volume", "name", name, "err", err)
+		}
 	}
 }
 

@@ -2,10 +2,12 @@ package volumes
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -96,7 +98,12 @@ func TestCreateErrors(t *testing.T) {
 			`create v3: error looking up volume plugin nope: plugin "nope" not found`},
 		{volume.CreateRequest{Name: "v5", DriverOpts: map[string]string{"foo": "bar"}}, errdefs.IsInvalidArgument,
 			`create v5: invalid option: "foo"`},
-		{volume.CreateRequest{Name: "v4", DriverOpts: map[string]string{"type": "tmpfs"}}, errdefs.IsNotImplemented, ""},
+		{volume.CreateRequest{Name: "v4", DriverOpts: map[string]string{"type": "tmpfs"}}, errdefs.IsInvalidArgument,
+			`create v4: missing required option: "device"`},
+		{volume.CreateRequest{Name: "v6", DriverOpts: map[string]string{"o": "bind", "device": "/srv"}}, errdefs.IsInvalidArgument,
+			`create v6: missing required option: "type"`},
+		{volume.CreateRequest{Name: "v7", DriverOpts: map[string]string{"size": "10m"}}, errdefs.IsInvalidArgument,
+			"create v7: quota size requested but no quota support"},
 	}
 	for _, tt := range tests {
 		_, err := s.Create(ctx, tt.req)
@@ -213,5 +220,119 @@ func TestPruneAndFilters(t *testing.T) {
 	list, _ := s.List(ctx, nil)
 	if !slices.Equal(names(list.Volumes), []string{"keep"}) {
 		t.Errorf("left after prune: %v", names(list.Volumes))
+	}
+}
+
+// fakeMounter records mounts instead of making them.
+type fakeMounter struct {
+	mounted map[string]string // target: "type device options"
+	calls   []string
+	failOn  string // an operation that fails ("mount" or "unmount")
+}
+
+func (f *fakeMounter) Mount(device, target, fsType, options string) error {
+	f.calls = append(f.calls, "mount "+filepath.Base(filepath.Dir(target)))
+	if f.failOn == "mount" {
+		return errors.New("mount " + device + ":" + target + ": no such file or directory")
+	}
+	f.mounted[target] = fsType + " " + device + " " + options
+	return nil
+}
+
+func (f *fakeMounter) Unmount(target string) error {
+	if _, ok := f.mounted[target]; !ok {
+		return nil // as mount.Unmount: not mounted is no error
+	}
+	f.calls = append(f.calls, "unmount "+filepath.Base(filepath.Dir(target)))
+	if f.failOn == "unmount" {
+		return errors.New("device busy")
+	}
+	delete(f.mounted, target)
+	return nil
+}
+
+func (f *fakeMounter) Mounted(path string) (bool, error) {
+	_, ok := f.mounted[path]
+	return ok, nil
+}
+
+// TestMountOptions: a volume with the local driver's mount options has
+// its filesystem mounted on its _data when a container that uses it
+// starts (once, however many start), unmounted when its last user goes,
+// and is never removed while it stays mounted, since removing would
+// delete what a bind volume's device holds.
+func TestMountOptions(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(t.TempDir(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := &fakeMounter{mounted: map[string]string{}}
+	s.mount = fm
+	opts := map[string]string{"type": "none", "o": "bind", "device": "/srv/data"}
+	v, err := s.Create(ctx, volume.CreateRequest{Name: "bound", DriverOpts: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Use(ctx, volume.CreateRequest{Name: "bound"}, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Use(ctx, volume.CreateRequest{Name: "bound"}, "c2"); err != nil {
+		t.Fatal(err)
+	}
+	if len(fm.calls) != 0 {
+		t.Errorf("mounted at create or use: %v; dockerd mounts at start", fm.calls)
+	}
+	for range 2 {
+		path, err := s.Mount(ctx, "bound")
+		if err != nil || path != v.Mountpoint {
+			t.Fatalf("Mount = %q, %v; want %s", path, err, v.Mountpoint)
+		}
+	}
+	if got := fm.mounted[v.Mountpoint]; got != "none /srv/data bind" {
+		t.Errorf("mounted %q, want none /srv/data bind", got)
+	}
+	s.Release("bound", "c1")
+	if len(fm.mounted) != 1 {
+		t.Errorf("unmounted while c2 still uses it")
+	}
+	// A volume in use cannot be removed; once its last user is gone it
+	// is unmounted, and then removed.
+	fm.failOn = "unmount"
+	s.Release("bound", "c2")
+	if err := s.Remove(ctx, "bound", false); err == nil {
+		t.Errorf("removed a volume that stayed mounted")
+	}
+	if _, err := os.Stat(v.Mountpoint); err != nil {
+		t.Errorf("a failed unmount lost the volume's directory: %v", err)
+	}
+	fm.failOn = ""
+	if err := s.Remove(ctx, "bound", false); err != nil {
+		t.Fatal(err)
+	}
+	// The last release tries, the refused removal tries, the removal does.
+	if want := "mount bound,unmount bound,unmount bound,unmount bound"; strings.Join(fm.calls, ",") != want {
+		t.Errorf("calls %v, want %s", fm.calls, want)
+	}
+	if len(fm.mounted) != 0 {
+		t.Errorf("left mounted: %v", fm.mounted)
+	}
+
+	// A mount that fails says so in dockerd's words; a volume without
+	// options is never mounted.
+	fm.failOn = "mount"
+	if _, err := s.Create(ctx, volume.CreateRequest{Name: "broken", DriverOpts: opts}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Mount(ctx, "broken")
+	if want := "error while mounting volume '" + s.Mountpoint("broken") + "': failed to mount local volume: mount /srv/data:"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("failed mount: %v, want %s...", err, want)
+	}
+	fm.calls = nil
+	if _, err := s.Create(ctx, volume.CreateRequest{Name: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+	if path, err := s.Mount(ctx, "plain"); err != nil || path != s.Mountpoint("plain") || len(fm.calls) != 0 {
+		t.Errorf("Mount of a plain volume = %q, %v, calls %v", path, err, fm.calls)
 	}
 }
