@@ -15,10 +15,16 @@ import (
 type pool struct {
 	subnet  netip.Prefix
 	gateway netip.Addr
-	used    map[netip.Addr]string // address → owner (container ID)
+	// first and last bound what allocate hands out: the subnet's
+	// addresses, or those of its --ip-range.
+	first, last netip.Addr
+	used        map[netip.Addr]string // address → owner (container ID)
 }
 
-func newPool(subnet netip.Prefix, gateway netip.Addr) (*pool, error) {
+// newPool makes the pool of a subnet; a valid ipRange (inside the subnet)
+// narrows what allocate hands out to it, without its first address, as
+// libnetwork's IPAM hands out a range.
+func newPool(subnet netip.Prefix, gateway netip.Addr, ipRange netip.Prefix) (*pool, error) {
 	subnet = subnet.Masked()
 	if !subnet.Addr().Is4() {
 		return nil, errdefs.ErrInvalidArgument.WithMessage("only IPv4 subnets are supported: " + subnet.String())
@@ -29,14 +35,23 @@ func newPool(subnet netip.Prefix, gateway netip.Addr) (*pool, error) {
 	if !subnet.Contains(gateway) || gateway == subnet.Addr() || gateway == lastAddr(subnet) {
 		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no matching subnet for gateway %s", gateway))
 	}
-	return &pool{subnet: subnet, gateway: gateway, used: map[netip.Addr]string{}}, nil
+	p := &pool{subnet: subnet, gateway: gateway, first: subnet.Addr().Next(), last: lastAddr(subnet).Prev(), used: map[netip.Addr]string{}}
+	if ipRange.IsValid() {
+		if ipRange = ipRange.Masked(); ipRange.Bits() < subnet.Bits() || !subnet.Contains(ipRange.Addr()) {
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no matching subnet for range %s", ipRange))
+		}
+		p.first = ipRange.Addr().Next()
+		if l := lastAddr(ipRange); l.Less(p.last) {
+			p.last = l
+		}
+	}
+	return p, nil
 }
 
 // allocate gives owner the lowest free address, as libnetwork's default
 // IPAM does, so the first container on a fresh bridge is always .2.
 func (p *pool) allocate(owner string) (netip.Addr, error) {
-	last := lastAddr(p.subnet)
-	for a := p.subnet.Addr().Next(); a.IsValid() && a != last; a = a.Next() {
+	for a := p.first; a.IsValid() && !p.last.Less(a); a = a.Next() {
 		if a == p.gateway {
 			continue
 		}

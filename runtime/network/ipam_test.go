@@ -8,7 +8,7 @@ import (
 )
 
 func TestPoolAllocatesLowestFreeAndNeverTwice(t *testing.T) {
-	p, err := newPool(netip.MustParsePrefix("10.1.0.0/29"), netip.MustParseAddr("10.1.0.1"))
+	p, err := newPool(netip.MustParsePrefix("10.1.0.0/29"), netip.MustParseAddr("10.1.0.1"), netip.Prefix{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestPoolAllocatesLowestFreeAndNeverTwice(t *testing.T) {
 }
 
 func TestPoolClaim(t *testing.T) {
-	p, err := newPool(netip.MustParsePrefix("10.2.0.0/24"), netip.MustParseAddr("10.2.0.1"))
+	p, err := newPool(netip.MustParsePrefix("10.2.0.0/24"), netip.MustParseAddr("10.2.0.1"), netip.Prefix{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestNewPoolRejects(t *testing.T) {
 		{"fd00::/64", "fd00::1"},
 	}
 	for _, tt := range tests {
-		if _, err := newPool(netip.MustParsePrefix(tt.subnet), netip.MustParseAddr(tt.gw)); err == nil {
+		if _, err := newPool(netip.MustParsePrefix(tt.subnet), netip.MustParseAddr(tt.gw), netip.Prefix{}); err == nil {
 			t.Errorf("newPool(%s, %s) accepted", tt.subnet, tt.gw)
 		}
 	}
@@ -96,5 +96,42 @@ func TestLastAddrAndMAC(t *testing.T) {
 	}
 	if got := macFor(netip.MustParseAddr("172.17.0.2")).String(); got != "02:42:ac:11:00:02" {
 		t.Errorf("macFor(172.17.0.2) = %s, want dockerd's 02:42:ac:11:00:02", got)
+	}
+}
+
+// TestPoolIPRange: --ip-range narrows what is handed out, without the
+// range's first address (as libnetwork hands out 10.9.0.201 first from
+// 10.9.0.200/29) and never the subnet's broadcast; a static address may
+// still be anywhere in the subnet.
+func TestPoolIPRange(t *testing.T) {
+	for _, tc := range []struct {
+		ipRange     string
+		first, last string
+		count       int
+	}{
+		{"10.9.0.200/29", "10.9.0.201", "10.9.0.207", 7},
+		{"10.9.0.248/29", "10.9.0.249", "10.9.0.254", 6},
+	} {
+		p, err := newPool(netip.MustParsePrefix("10.9.0.0/24"), netip.MustParseAddr("10.9.0.1"), netip.MustParsePrefix(tc.ipRange))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []netip.Addr
+		for {
+			a, err := p.allocate("c" + string(rune('a'+len(got))))
+			if err != nil {
+				break
+			}
+			got = append(got, a)
+		}
+		if len(got) != tc.count || got[0].String() != tc.first || got[len(got)-1].String() != tc.last {
+			t.Errorf("range %s handed out %v, want %d from %s to %s", tc.ipRange, got, tc.count, tc.first, tc.last)
+		}
+		if err := p.claim(netip.MustParseAddr("10.9.0.5"), "static"); err != nil {
+			t.Errorf("range %s: a static address outside the range: %v", tc.ipRange, err)
+		}
+	}
+	if _, err := newPool(netip.MustParsePrefix("10.9.0.0/24"), netip.MustParseAddr("10.9.0.1"), netip.MustParsePrefix("10.10.0.0/25")); err == nil {
+		t.Errorf("a range outside the subnet was accepted")
 	}
 }

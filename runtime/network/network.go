@@ -93,12 +93,15 @@ type Options struct {
 
 // netRecord is a network as persisted.
 type netRecord struct {
-	ID         string
-	Name       string
-	Driver     string
-	Created    time.Time
-	Subnet     netip.Prefix `json:",omitzero"`
-	Gateway    netip.Addr   `json:",omitzero"`
+	ID      string
+	Name    string
+	Driver  string
+	Created time.Time
+	Subnet  netip.Prefix `json:",omitzero"`
+	Gateway netip.Addr   `json:",omitzero"`
+	// IPRange is --ip-range: the part of Subnet addresses are handed
+	// out from (a static --ip may be anywhere in Subnet).
+	IPRange    netip.Prefix `json:",omitzero"`
 	Bridge     string       `json:",omitempty"`
 	Internal   bool         `json:",omitempty"`
 	Attachable bool         `json:",omitempty"`
@@ -237,7 +240,7 @@ func (m *Manager) loadNetworks() error {
 func newNetState(rec netRecord) (*netState, error) {
 	st := &netState{rec: rec}
 	if rec.Driver == driverBridge {
-		p, err := newPool(rec.Subnet, rec.Gateway)
+		p, err := newPool(rec.Subnet, rec.Gateway, rec.IPRange)
 		if err != nil {
 			return nil, err
 		}

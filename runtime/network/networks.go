@@ -49,13 +49,17 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	if err != nil {
 		return network.CreateResponse{}, err
 	}
+	ipRange, err := chooseIPRange(req.IPAM, subnet)
+	if err != nil {
+		return network.CreateResponse{}, err
+	}
 	id, err := newID()
 	if err != nil {
 		return network.CreateResponse{}, err
 	}
 	rec := netRecord{
 		ID: id, Name: req.Name, Driver: driverBridge, Created: time.Now().UTC(),
-		Subnet: subnet, Gateway: gw, Bridge: bridgePrefix + "-" + id[:10],
+		Subnet: subnet, Gateway: gw, IPRange: ipRange, Bridge: bridgePrefix + "-" + id[:10],
 		Internal: req.Internal, Attachable: req.Attachable,
 		Labels: maps.Clone(req.Labels), Options: maps.Clone(req.Options),
 	}
@@ -131,6 +135,22 @@ func (m *Manager) chooseSubnetLocked(ipam *network.IPAM) (netip.Prefix, netip.Ad
 		}
 	}
 	return netip.Prefix{}, netip.Addr{}, errdefs.ErrUnavailable.WithMessage("could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network")
+}
+
+// chooseIPRange checks --ip-range against the network's subnet, as
+// libnetwork's IPAM does.
+func chooseIPRange(ipam *network.IPAM, subnet netip.Prefix) (netip.Prefix, error) {
+	if ipam == nil || len(ipam.Config) == 0 || !ipam.Config[0].IPRange.IsValid() {
+		return netip.Prefix{}, nil
+	}
+	r := ipam.Config[0].IPRange
+	if !ipam.Config[0].Subnet.IsValid() {
+		return netip.Prefix{}, errdefs.ErrInvalidArgument.WithMessage("every ip-range or gateway must have a corresponding subnet")
+	}
+	if !r.Addr().Is4() || r.Bits() < subnet.Bits() || !subnet.Contains(r.Addr()) {
+		return netip.Prefix{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no matching subnet for range %s", r))
+	}
+	return r.Masked(), nil
 }
 
 // dropNetworkLocked forgets a network and takes its host side down.
@@ -313,7 +333,7 @@ func (m *Manager) describeLocked(n *netState) network.Network {
 		Options: maps.Clone(n.rec.Options), Labels: maps.Clone(n.rec.Labels),
 	}
 	if n.rec.Subnet.IsValid() {
-		nw.IPAM.Config = append(nw.IPAM.Config, network.IPAMConfig{Subnet: n.rec.Subnet, Gateway: n.rec.Gateway})
+		nw.IPAM.Config = append(nw.IPAM.Config, network.IPAMConfig{Subnet: n.rec.Subnet, IPRange: n.rec.IPRange, Gateway: n.rec.Gateway})
 	}
 	if nw.Options == nil {
 		nw.Options = map[string]string{}

@@ -124,3 +124,56 @@ func TestCreateRefusesOtherDrivers(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateIPRange: --ip-range is kept, shown by inspect, survives a
+// restart, and is where a container's address comes from; a range the
+// subnet does not hold is refused in libnetwork's words.
+func TestCreateIPRange(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	m := testManager(t, root, newFakeLinks())
+	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(subnet, ipRange string) *network.IPAM {
+		c := network.IPAMConfig{IPRange: netip.MustParsePrefix(ipRange)}
+		if subnet != "" {
+			c.Subnet = netip.MustParsePrefix(subnet)
+		}
+		return &network.IPAM{Config: []network.IPAMConfig{c}}
+	}
+	for _, tc := range []struct{ subnet, ipRange, want string }{
+		{"10.130.0.0/24", "10.131.0.0/25", "no matching subnet for range 10.131.0.0/25"},
+		{"10.130.0.0/24", "10.130.0.0/23", "no matching subnet for range 10.130.0.0/23"},
+		{"", "10.130.0.0/25", "every ip-range or gateway must have a corresponding subnet"},
+	} {
+		if _, err := m.Create(ctx, network.CreateRequest{Name: "bad", IPAM: cfg(tc.subnet, tc.ipRange)}); !errdefs.IsInvalidArgument(err) || err.Error() != tc.want {
+			t.Errorf("subnet %q range %s: %v, want %q", tc.subnet, tc.ipRange, err, tc.want)
+		}
+	}
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "r", IPAM: cfg("10.130.0.0/24", "10.130.0.200/29")}); err != nil {
+		t.Fatal(err)
+	}
+	m2 := testManager(t, root, newFakeLinks())
+	if err := m2.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	nw, err := m2.Inspect(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nw.IPAM.Config[0]; got.Subnet.String() != "10.130.0.0/24" || got.IPRange.String() != "10.130.0.200/29" {
+		t.Errorf("IPAM after a restart = %+v, want the subnet and the range", got)
+	}
+	nets, err := m2.Configure("r", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := m2.Attach(ctx, Request{ContainerID: ctrA, Name: "a", Networks: nets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := att.Guest.Interfaces[0].Address; got != "10.130.0.201/24" {
+		t.Errorf("address %s, want 10.130.0.201/24 (the range's first handed out)", got)
+	}
+}
