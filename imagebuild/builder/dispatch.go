@@ -13,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/sys/signal"
 
 	"github.com/husk-vm/husk/imagebuild"
 )
@@ -223,23 +224,12 @@ func parsePortSpec(spec string) ([]string, error) {
 	return out, nil
 }
 
-var signalNames = map[string]bool{
-	"ABRT": true, "ALRM": true, "BUS": true, "CHLD": true, "CONT": true, "FPE": true, "HUP": true,
-	"ILL": true, "INT": true, "IO": true, "IOT": true, "KILL": true, "PIPE": true, "PROF": true,
-	"PWR": true, "QUIT": true, "SEGV": true, "STKFLT": true, "STOP": true, "SYS": true, "TERM": true,
-	"TRAP": true, "TSTP": true, "TTIN": true, "TTOU": true, "URG": true, "USR1": true, "USR2": true,
-	"VTALRM": true, "WINCH": true, "XCPU": true, "XFSZ": true,
-}
-
+// validSignal: STOPSIGNAL as dockerd's builder checks it, with the
+// same signal table (moby/sys/signal): names with or without SIG,
+// RTMIN+n and RTMAX-n, or a number.
 func validSignal(s string) bool {
-	if n, err := strconv.Atoi(s); err == nil {
-		return n > 0 && n <= 64
-	}
-	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
-	if strings.HasPrefix(name, "RTMIN") || strings.HasPrefix(name, "RTMAX") {
-		return true
-	}
-	return signalNames[name]
+	_, err := signal.ParseSignal(s)
+	return err == nil
 }
 
 func (bd *build) healthcheck(ctx context.Context, st *stage, cmd *instructions.HealthCheckCommand) error {

@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -84,12 +85,28 @@ func TestParseSignal(t *testing.T) {
 		wantErr bool
 	}{
 		{"", syscall.SIGTERM, false}, {"SIGKILL", syscall.SIGKILL, false}, {"hup", syscall.SIGHUP, false},
-		{"9", syscall.SIGKILL, false}, {"0", 0, true}, {"SIGNOPE", 0, true}, {"65", 0, true},
+		{"9", syscall.SIGKILL, false}, {"0", 0, true}, {"SIGNOPE", 0, true},
+		// dockerd's table: real-time signals by name (systemd images
+		// stop with SIGRTMIN+3), and any number as a stop signal.
+		{"SIGRTMIN+3", 37, false}, {"rtmax", 64, false}, {"STKFLT", 16, false}, {"65", 65, false},
 	}
 	for _, tt := range tests {
 		got, err := ParseSignal(tt.in, syscall.SIGTERM)
 		if (err != nil) != tt.wantErr || got != tt.want {
 			t.Errorf("ParseSignal(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+	// docker kill also wants a signal Linux has, in dockerd's words.
+	for in, want := range map[string]string{
+		"":           "",
+		"SIGRTMIN+3": "",
+		"64":         "",
+		"65":         "The linux daemon does not support signal 65",
+		"bogus":      "Invalid signal: bogus",
+	} {
+		_, err := ParseKillSignal(in)
+		if got := fmt.Sprint(err); want == "" && err != nil || want != "" && got != want {
+			t.Errorf("ParseKillSignal(%q) error = %v, want %q", in, err, want)
 		}
 	}
 }

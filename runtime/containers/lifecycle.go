@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/events"
+	sigtable "github.com/moby/sys/signal"
 
 	"github.com/husk-vm/husk/runtime/logs"
 	husknet "github.com/husk-vm/husk/runtime/network"
@@ -699,7 +699,7 @@ func (m *Manager) Kill(ctx context.Context, ref, signal string) error {
 	if err != nil {
 		return err
 	}
-	sig, err := ParseSignal(signal, syscall.SIGKILL)
+	sig, err := ParseKillSignal(signal)
 	if err != nil {
 		return err
 	}
@@ -1084,34 +1084,33 @@ func (m *Manager) Shutdown(ctx context.Context) {
 	wg.Wait()
 }
 
-// ParseSignal reads a signal as dockerd does, by name (with or without
-// SIG) or number; "" is def.
+// ParseSignal reads a signal as dockerd does, with its table
+// (moby/sys/signal): by name with or without SIG (RTMIN+3 too, which
+// systemd images stop with) or by number; "" is def.
 func ParseSignal(s string, def syscall.Signal) (syscall.Signal, error) {
 	if s == "" {
 		return def, nil
 	}
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, errdefs.ErrInvalidArgument.WithMessage("Invalid signal: " + s)
-		}
-		return syscall.Signal(n), nil
+	sig, err := sigtable.ParseSignal(s)
+	if err != nil {
+		// dockerd 20.10's capital; the table's own words are lowercase.
+		return 0, errdefs.ErrInvalidArgument.WithMessage("Invalid signal: " + s)
 	}
-	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
-	if sig, ok := signals[name]; ok {
-		return sig, nil
-	}
-	return 0, errdefs.ErrInvalidArgument.WithMessage("Invalid signal: " + s)
+	return sig, nil
 }
 
-var signals = map[string]syscall.Signal{
-	"ABRT": syscall.SIGABRT, "ALRM": syscall.SIGALRM, "BUS": syscall.SIGBUS, "CHLD": syscall.SIGCHLD,
-	"CONT": syscall.SIGCONT, "FPE": syscall.SIGFPE, "HUP": syscall.SIGHUP, "ILL": syscall.SIGILL,
-	"INT": syscall.SIGINT, "IO": syscall.SIGIO, "KILL": syscall.SIGKILL, "PIPE": syscall.SIGPIPE,
-	"PROF": syscall.SIGPROF, "PWR": syscall.SIGPWR, "QUIT": syscall.SIGQUIT, "SEGV": syscall.SIGSEGV,
-	"STOP": syscall.SIGSTOP, "SYS": syscall.SIGSYS, "TERM": syscall.SIGTERM, "TRAP": syscall.SIGTRAP,
-	"TSTP": syscall.SIGTSTP, "TTIN": syscall.SIGTTIN, "TTOU": syscall.SIGTTOU, "URG": syscall.SIGURG,
-	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "VTALRM": syscall.SIGVTALRM, "WINCH": syscall.SIGWINCH,
-	"XCPU": syscall.SIGXCPU, "XFSZ": syscall.SIGXFSZ,
+// ParseKillSignal reads docker kill's signal (SIGKILL when ""): a number
+// must also be a signal Linux has, which dockerd 20.10 checks once it
+// has found the container.
+func ParseKillSignal(s string) (syscall.Signal, error) {
+	sig, err := ParseSignal(s, syscall.SIGKILL)
+	if err != nil {
+		return 0, err
+	}
+	if !sigtable.ValidSignalForPlatform(sig) {
+		return 0, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("The linux daemon does not support signal %d", sig))
+	}
+	return sig, nil
 }
 
 // minGuestMiB is the least guest RAM a container VM gets, whatever its
