@@ -132,3 +132,54 @@ func TestEvents(t *testing.T) {
 		t.Errorf("unknown filter, until in the past: %+v", r)
 	}
 }
+
+// TestResourceEvents: volumes and networks have dockerd's events, in
+// dockerd's order around a container's: created, connected and mounted
+// before it starts, disconnected and unmounted after it dies, destroyed.
+func TestResourceEvents(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	since := fmt.Sprint(time.Now().Unix() - 1)
+	vol, netName, ctr := namePrefix(t)+"-vol", namePrefix(t)+"-net", containerName(t, "")
+	t.Cleanup(func() { docker(t, "volume", "rm", "-f", vol); docker(t, "network", "rm", netName) })
+
+	netID := strings.TrimSpace(mustDocker(t, "network", "create", netName))
+	mustDocker(t, "volume", "create", vol)
+	id := strings.TrimSpace(mustDocker(t, "create", "--name", ctr, "--network", netName, "-v", vol+":/data", img, "true"))
+	mustDocker(t, "start", "-a", ctr)
+	mustDocker(t, "rm", ctr)
+	mustDocker(t, "volume", "rm", vol)
+	mustDocker(t, "network", "rm", netName)
+
+	out := mustDocker(t, "events", "--since", since, "--until", fmt.Sprint(time.Now().Unix()+1),
+		"--filter", "type=volume", "--filter", "type=network", "--filter", "type=container",
+		"--format", "{{.Type}} {{.Action}} {{.Actor.ID}} {{json .Actor.Attributes}}")
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.Contains(line, id) && !strings.Contains(line, netID) && !strings.Contains(line, vol) {
+			continue
+		}
+		line = strings.NewReplacer(id, "CTR", netID, "NET", `"image":"`+img+`"`, `"image":"IMG"`).Replace(line)
+		got = append(got, line)
+	}
+	want := []string{
+		`network create NET {"name":"` + netName + `","type":"bridge"}`,
+		`volume create ` + vol + ` {"driver":"local"}`,
+		// Again, as the container's -v takes it.
+		`volume create ` + vol + ` {"driver":"local"}`,
+		`container create CTR {"image":"IMG","name":"` + ctr + `"}`,
+		`container attach CTR {"image":"IMG","name":"` + ctr + `"}`,
+		`network connect NET {"container":"CTR","name":"` + netName + `","type":"bridge"}`,
+		`volume mount ` + vol + ` {"container":"CTR","destination":"/data","driver":"local","propagation":"","read/write":"true"}`,
+		`container start CTR {"image":"IMG","name":"` + ctr + `"}`,
+		`container die CTR {"exitCode":"0","image":"IMG","name":"` + ctr + `"}`,
+		`network disconnect NET {"container":"CTR","name":"` + netName + `","type":"bridge"}`,
+		`volume unmount ` + vol + ` {"container":"CTR","driver":"local"}`,
+		`container destroy CTR {"image":"IMG","name":"` + ctr + `"}`,
+		`volume destroy ` + vol + ` {"driver":"local"}`,
+		`network destroy NET {"name":"` + netName + `","type":"bridge"}`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -146,12 +146,12 @@ func run(parent context.Context, cfg Config) error {
 		return fmt.Errorf("open image store: %w", err)
 	}
 	nets, err := network.New(network.Options{
-		Root: filepath.Join(cfg.Root, "network"), BridgeIP: netip.MustParsePrefix(cfg.BridgeIP), Logger: logger,
+		Root: filepath.Join(cfg.Root, "network"), BridgeIP: netip.MustParsePrefix(cfg.BridgeIP), Logger: logger, Events: bus,
 	})
 	if err != nil {
 		return fmt.Errorf("open networks: %w", err)
 	}
-	vols, err := volumes.New(filepath.Join(cfg.Root, "volumes"), logger)
+	vols, err := volumes.New(filepath.Join(cfg.Root, "volumes"), logger, bus)
 	if err != nil {
 		return fmt.Errorf("open volumes: %w", err)
 	}

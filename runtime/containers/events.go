@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/events"
+	"github.com/moby/moby/api/types/mount"
 )
 
 // EventSink receives what happens to containers, for GET /events. Publish
@@ -33,6 +35,64 @@ func (c *ctr) emitLocked(action events.Action, extra map[string]string) {
 	attrs["name"] = c.rec.Name
 	maps.Copy(attrs, extra)
 	c.m.events.Publish(events.ContainerEventType, action, c.rec.ID, attrs)
+}
+
+// emitNetworkLocked publishes a network connect or disconnect of the
+// container, as dockerd does for each network at start and exit and for
+// docker network connect/disconnect of a running container. Callers hold
+// c.mu.
+func (c *ctr) emitNetworkLocked(action events.Action, netName string) {
+	if c.m.events == nil || c.m.net == nil || netName == "" {
+		return
+	}
+	id, name, err := c.m.net.Resolve(netName)
+	if err != nil {
+		return
+	}
+	typ := "bridge"
+	if name == "none" {
+		typ = "null"
+	}
+	c.m.events.Publish(events.NetworkEventType, action, id, map[string]string{"container": c.rec.ID, "name": name, "type": typ})
+}
+
+// emitAttachedLocked publishes what dockerd does just before a start
+// event: a network connect per network, then a volume mount per volume.
+// Callers hold c.mu.
+func (c *ctr) emitAttachedLocked() {
+	if c.m.events == nil {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.rec.Networks)) {
+		c.emitNetworkLocked(events.ActionConnect, name)
+	}
+	for _, mp := range c.rec.Mounts {
+		if mp.Type != mount.TypeVolume || mp.Name == "" {
+			continue
+		}
+		c.m.events.Publish(events.VolumeEventType, events.ActionMount, mp.Name, map[string]string{
+			"container": c.rec.ID, "destination": mp.Destination, "driver": mp.Driver,
+			"propagation": string(mp.Propagation), "read/write": strconv.FormatBool(mp.RW),
+		})
+	}
+}
+
+// emitDetachedLocked publishes what dockerd does just after a die event:
+// a network disconnect per network, then a volume unmount per volume.
+// Callers hold c.mu.
+func (c *ctr) emitDetachedLocked() {
+	if c.m.events == nil {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.rec.Networks)) {
+		c.emitNetworkLocked(events.ActionDisconnect, name)
+	}
+	for _, mp := range c.rec.Mounts {
+		if mp.Type != mount.TypeVolume || mp.Name == "" {
+			continue
+		}
+		c.m.events.Publish(events.VolumeEventType, events.ActionUnmount, mp.Name, map[string]string{"container": c.rec.ID, "driver": mp.Driver})
+	}
 }
 
 // emit is emitLocked for callers that do not hold c.mu.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/network"
 
 	husknet "github.com/husk-vm/husk/runtime/network"
@@ -88,6 +89,7 @@ func (c *ctr) connectRunning(ctx context.Context, name string, ep *network.Endpo
 		return fmt.Errorf("connect %s to %s: configure %s in the guest: %w", c.rec.Name, name, plug.Change.Interface.Name, err)
 	}
 	c.addNetworkLocked(name, ep)
+	c.emitNetworkLocked(events.ActionConnect, name)
 	return c.save()
 }
 
@@ -120,6 +122,7 @@ func (c *ctr) disconnectRunning(ctx context.Context, name string) error {
 	if err := hn.DisconnectRunning(ctx, c.rec.ID, name); err != nil {
 		c.m.log.Warn("release the endpoint of a disconnected network", "id", c.rec.ID[:12], "network", name, "err", err)
 	}
+	c.emitNetworkLocked(events.ActionDisconnect, name)
 	delete(c.rec.Networks, name)
 	return c.save()
 }

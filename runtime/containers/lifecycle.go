@@ -169,6 +169,7 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	}
 	c.hub.started(r.stdin)
 	go c.monitor(r)
+	c.emitAttachedLocked()
 	c.emitLocked(events.ActionStart, nil)
 	m.log.Info("container started", "id", c.rec.ID[:12], "vmm_pid", r.machine.PID())
 	return nil
@@ -430,6 +431,7 @@ func (c *ctr) monitor(r *run) {
 	c.run = nil
 	c.notifyExit(code, errMsg)
 	c.emitLocked(events.ActionDie, map[string]string{"exitCode": strconv.Itoa(code)})
+	c.emitDetachedLocked()
 	close(r.exited)
 	autoRemove := c.rec.HostConfig.AutoRemove
 	if c.wantsRestart(code) {

@@ -51,6 +51,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/google/renameio/v2"
+	"github.com/moby/moby/api/types/events"
 )
 
 // Names of the predefined networks, as dockerd calls them.
@@ -89,6 +90,22 @@ type Options struct {
 	// when empty.
 	ResolvConf string
 	Logger     *slog.Logger
+	// Events, when set, hears of networks created, removed and pruned,
+	// for GET /events.
+	Events EventSink
+}
+
+// EventSink receives network events; Publish must not block.
+type EventSink interface {
+	Publish(typ events.Type, action events.Action, id string, attrs map[string]string)
+}
+
+// publish reports what happened to a network as dockerd does: the
+// network's ID, its name and its driver.
+func (m *Manager) publish(action events.Action, rec netRecord) {
+	if m.opts.Events != nil {
+		m.opts.Events.Publish(events.NetworkEventType, action, rec.ID, map[string]string{"name": rec.Name, "type": rec.Driver})
+	}
 }
 
 // netRecord is a network as persisted.

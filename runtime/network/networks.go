@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/network"
 )
 
@@ -85,6 +86,7 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 		m.dropNetworkLocked(st)
 		return network.CreateResponse{}, err
 	}
+	m.publish(events.ActionCreate, rec)
 	m.log.Info("network created", "name", rec.Name, "id", short(id), "subnet", subnet, "bridge", rec.Bridge)
 	return network.CreateResponse{ID: id}, nil
 }
@@ -187,6 +189,7 @@ func (m *Manager) Remove(ctx context.Context, ref string) error {
 	if err := m.programFirewallLocked(); err != nil {
 		return err
 	}
+	m.publish(events.ActionDestroy, n.rec)
 	m.log.Info("network removed", "name", n.rec.Name, "id", short(n.rec.ID))
 	return nil
 }
@@ -222,7 +225,11 @@ func (m *Manager) Prune(ctx context.Context, filters map[string][]string) ([]str
 			continue
 		}
 		m.dropNetworkLocked(n)
+		m.publish(events.ActionDestroy, n.rec)
 		removed = append(removed, n.rec.Name)
+	}
+	if m.opts.Events != nil {
+		m.opts.Events.Publish(events.NetworkEventType, events.ActionPrune, "", map[string]string{"reclaimed": "0"})
 	}
 	if len(removed) > 0 {
 		if err := m.programFirewallLocked(); err != nil {

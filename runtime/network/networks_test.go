@@ -2,12 +2,15 @@ package network
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/network"
 )
 
@@ -175,5 +178,48 @@ func TestCreateIPRange(t *testing.T) {
 	}
 	if got := att.Guest.Interfaces[0].Address; got != "10.130.0.201/24" {
 		t.Errorf("address %s, want 10.130.0.201/24 (the range's first handed out)", got)
+	}
+}
+
+// recordedEvents keeps what was published, as "type action id attrs".
+type recordedEvents []string
+
+func (r *recordedEvents) Publish(typ events.Type, action events.Action, id string, attrs map[string]string) {
+	*r = append(*r, fmt.Sprintf("%s %s %s %v", typ, action, id, attrs))
+}
+
+// TestNetworkEvents: create, remove and prune are reported as dockerd
+// reports them: the network's ID, name and driver; a prune once more.
+func TestNetworkEvents(t *testing.T) {
+	ctx := context.Background()
+	m := testManager(t, t.TempDir(), newFakeLinks())
+	var got recordedEvents
+	m.opts.Events = &got
+	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	a, err := m.Create(ctx, network.CreateRequest{Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Create(ctx, network.CreateRequest{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Prune(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := recordedEvents{
+		"network create " + a.ID + " map[name:a type:bridge]",
+		"network destroy " + a.ID + " map[name:a type:bridge]",
+		"network create " + b.ID + " map[name:b type:bridge]",
+		"network destroy " + b.ID + " map[name:b type:bridge]",
+		"network prune  map[reclaimed:0]",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 func TestDiskUsage(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(t.TempDir(), quiet)
+	s, err := New(t.TempDir(), quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,12 +32,14 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/renameio/v2"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/volume"
 	"github.com/moby/sys/mount"
 	"github.com/moby/sys/mountinfo"
@@ -59,11 +61,17 @@ const (
 // validName is the local driver's rule for volume names.
 var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
 
+// EventSink receives volume events; Publish must not block.
+type EventSink interface {
+	Publish(typ events.Type, action events.Action, id string, attrs map[string]string)
+}
+
 // Store holds every volume.
 type Store struct {
-	root  string
-	log   *slog.Logger
-	mount mounter
+	root   string
+	log    *slog.Logger
+	mount  mounter
+	events EventSink // nil: no events
 
 	mu   sync.Mutex
 	vols map[string]*record
@@ -80,15 +88,16 @@ type record struct {
 	Options   map[string]string `json:",omitempty"`
 }
 
-// New opens the store under root, creating it when missing.
-func New(root string, log *slog.Logger) (*Store, error) {
+// New opens the store under root, creating it when missing. sink, when
+// not nil, hears of each volume created, removed or pruned.
+func New(root string, log *slog.Logger, sink EventSink) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("create volume root: %w", err)
 	}
-	s := &Store{root: root, log: log, mount: hostMounter{}, vols: map[string]*record{}, refs: map[string]map[string]struct{}{}}
+	s := &Store{root: root, log: log, mount: hostMounter{}, events: sink, vols: map[string]*record{}, refs: map[string]map[string]struct{}{}}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
@@ -148,6 +157,9 @@ func (s *Store) create(req volume.CreateRequest) (*record, error) {
 		if driver != rec.Driver {
 			return nil, errdefs.ErrConflict.WithMessage(fmt.Sprintf("create %s: volume name must be unique", name))
 		}
+		// dockerd reports every create, of a volume that was there too
+		// (as a container's -v NAME: makes it).
+		s.publish(events.ActionCreate, name, map[string]string{"driver": rec.Driver})
 		return rec, nil
 	}
 	if driver != DriverLocal {
@@ -175,6 +187,7 @@ func (s *Store) create(req volume.CreateRequest) (*record, error) {
 		return nil, err
 	}
 	s.vols[name] = rec
+	s.publish(events.ActionCreate, name, map[string]string{"driver": rec.Driver})
 	s.log.Info("volume created", "name", name)
 	return rec, nil
 }
@@ -284,6 +297,14 @@ func (s *Store) removeDir(dir string) error {
 		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// publish reports a volume event as dockerd does: the volume's name and
+// its driver.
+func (s *Store) publish(action events.Action, name string, attrs map[string]string) {
+	if s.events != nil {
+		s.events.Publish(events.VolumeEventType, action, name, attrs)
+	}
 }
 
 func (s *Store) save(rec *record) error {
@@ -438,11 +459,13 @@ func (s *Store) remove(name string) error {
 	if err := os.Remove(filepath.Join(dir, recordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove volume %s: %w", name, err)
 	}
+	driver := s.vols[name].Driver
 	delete(s.vols, name)
 	delete(s.refs, name)
 	if err := s.removeDir(dir); err != nil {
 		s.log.Warn("remove volume data", "name", name, "err", err)
 	}
+	s.publish(events.ActionDestroy, name, map[string]string{"driver": driver})
 	s.log.Info("volume removed", "name", name)
 	return nil
 }
@@ -486,6 +509,7 @@ func (s *Store) Prune(ctx context.Context, filters map[string][]string) (volume.
 		report.VolumesDeleted = append(report.VolumesDeleted, name)
 		report.SpaceReclaimed += uint64(size)
 	}
+	s.publish(events.ActionPrune, "", map[string]string{"reclaimed": strconv.FormatUint(report.SpaceReclaimed, 10)})
 	return report, nil
 }
 

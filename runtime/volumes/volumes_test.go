@@ -3,6 +3,7 @@ package volumes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/volume"
 )
 
@@ -27,7 +29,7 @@ func names(vs []volume.Volume) []string {
 func TestCreateInspectPersist(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
-	s, err := New(root, quiet)
+	s, err := New(root, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ func TestCreateInspectPersist(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s2, err := New(root, quiet)
+	s2, err := New(root, quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestCreateInspectPersist(t *testing.T) {
 
 func TestCreateErrors(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(t.TempDir(), quiet)
+	s, err := New(t.TempDir(), quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func TestCreateErrors(t *testing.T) {
 
 func TestInUse(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(t.TempDir(), quiet)
+	s, err := New(t.TempDir(), quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +167,7 @@ func TestInUse(t *testing.T) {
 
 func TestPruneAndFilters(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(t.TempDir(), quiet)
+	s, err := New(t.TempDir(), quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +265,7 @@ func (f *fakeMounter) Mounted(path string) (bool, error) {
 // delete what a bind volume's device holds.
 func TestMountOptions(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(t.TempDir(), quiet)
+	s, err := New(t.TempDir(), quiet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,5 +336,52 @@ func TestMountOptions(t *testing.T) {
 	}
 	if path, err := s.Mount(ctx, "plain"); err != nil || path != s.Mountpoint("plain") || len(fm.calls) != 0 {
 		t.Errorf("Mount of a plain volume = %q, %v, calls %v", path, err, fm.calls)
+	}
+}
+
+// recordedEvents keeps what was published, as "type action id attrs".
+type recordedEvents []string
+
+func (r *recordedEvents) Publish(typ events.Type, action events.Action, id string, attrs map[string]string) {
+	*r = append(*r, fmt.Sprintf("%s %s %s %v", typ, action, id, attrs))
+}
+
+// TestVolumeEvents: every create (of a volume that was there too, as
+// dockerd reports it), every removal and each prune is published.
+func TestVolumeEvents(t *testing.T) {
+	ctx := context.Background()
+	var got recordedEvents
+	s, err := New(t.TempDir(), quiet, &got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, volume.CreateRequest{Name: "data"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Use(ctx, volume.CreateRequest{Name: "data"}, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Release("data", "c1")
+	if err := s.Remove(ctx, "data", false); err != nil {
+		t.Fatal(err)
+	}
+	anon, err := s.Use(ctx, volume.CreateRequest{}, "c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release(anon.Name, "c2")
+	if _, err := s.Prune(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := recordedEvents{
+		"volume create data map[driver:local]",
+		"volume create data map[driver:local]",
+		"volume destroy data map[driver:local]",
+		"volume create " + anon.Name + " map[driver:local]",
+		"volume destroy " + anon.Name + " map[driver:local]",
+		"volume prune  map[reclaimed:0]",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
