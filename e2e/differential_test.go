@@ -38,11 +38,14 @@ const (
 )
 
 // cpTar is a one-file archive for the `docker cp -` scenarios.
-func cpTar() []byte {
+func cpTar() []byte { return cpTarOwned("f", 0) }
+
+// cpTarOwned is a one-file archive whose file, name, uid owns (gid too).
+func cpTarOwned(name string, uid int) []byte {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	body := "copied\n"
-	_ = tw.WriteHeader(&tar.Header{Name: "f", Mode: 0o640, Size: int64(len(body)), Typeflag: tar.TypeReg, ModTime: time.Unix(1700000000, 0)})
+	_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o640, Size: int64(len(body)), Typeflag: tar.TypeReg, ModTime: time.Unix(1700000000, 0), Uid: uid, Gid: uid})
 	_, _ = io.WriteString(tw, body)
 	_ = tw.Close()
 	return b.Bytes()
@@ -90,6 +93,11 @@ func scenarios() []scenario {
 		{name: "exec stopped container", args: a("exec", diffExited, "true")},
 		// cp
 		{name: "cp into container", args: a("cp", "-", diffBox+":/tmp"), stdin: cpTar()},
+		// -a with no user configured keeps the archive's owners. (With a
+		// user, dockerd 20.10 looks the user up on the host, not in the
+		// container, and fails; later versions chown to it, as husk does.)
+		{name: "cp -a with no user", args: a("cp", "-a", "-", diffBox+":/tmp"), stdin: cpTarOwned("fa", 1234)},
+		{name: "cp -a with no user keeps owners", args: a("exec", diffBox, "stat", "-c", "%u %g %n", "/tmp/fa")},
 		{name: "cp out of container", args: a("cp", diffBox+":/tmp/f", "-"), tarOut: true,
 			setup: [][]string{{"cp", "-", diffBox + ":/tmp"}}},
 		{name: "cp missing path", args: a("cp", diffBox+":/nope", "-")},

@@ -18,7 +18,9 @@ import (
 // ArchivePutOptions are PUT /containers/{id}/archive's flags.
 type ArchivePutOptions struct {
 	NoOverwriteDirNonDir bool
-	// CopyUIDGID makes the container's user own what is extracted.
+	// CopyUIDGID makes the container's configured user own what is
+	// extracted; with none configured the archive's owners are kept, as
+	// dockerd keeps them (docker cp -a).
 	CopyUIDGID bool
 }
 
@@ -70,9 +72,6 @@ func (m *Manager) ArchivePut(ctx context.Context, ref, path string, opts Archive
 		c.mu.Lock()
 		spec.ChownTo = c.rec.Config.User
 		c.mu.Unlock()
-		if spec.ChownTo == "" {
-			spec.ChownTo = "0:0"
-		}
 	}
 	client, release, err := c.guestAgent(ctx)
 	if err != nil {
