@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,5 +216,56 @@ func pidsLimit(t *testing.T, img string) {
 	// small limit: it stays out of the cgroup and starts its child in it.
 	if got := mustDocker(t, "run", "--rm", "--init", "--pids-limit", "2", img, "echo", "ok"); got != "ok\n" {
 		t.Errorf("run --init --pids-limit 2 echo ok = %q", got)
+	}
+}
+
+// threadCPUs is the Cpus_allowed_list of every thread of pid, deduplicated.
+func threadCPUs(t *testing.T, pid string) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/" + pid + "/task/*/status")
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of %s: %v", pid, err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok && !seen[strings.TrimSpace(v)] {
+				seen[strings.TrimSpace(v)] = true
+				out = append(out, strings.TrimSpace(v))
+			}
+		}
+	}
+	return out
+}
+
+// TestCpusetCpus: --cpuset-cpus keeps the container (here every thread
+// of its VMM; under dockerd its processes) on the CPUs it names, docker
+// update moves it, and CPUs the host lacks are refused in dockerd's words.
+func TestCpusetCpus(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, "--cpuset-cpus", "0", img, "sleep", "1000")
+	pid := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.State.Pid}}", name))
+	if got := threadCPUs(t, pid); len(got) != 1 || got[0] != "0" {
+		t.Errorf("threads of the container's process %s may run on %v, want only 0", pid, got)
+	}
+	all := fmt.Sprintf("0-%d", runtime.NumCPU()-1)
+	if runtime.NumCPU() == 1 {
+		all = "0"
+	}
+	mustDocker(t, "update", "--cpuset-cpus", all, name)
+	if got := threadCPUs(t, pid); len(got) != 1 || got[0] != all {
+		t.Errorf("after update --cpuset-cpus %s: threads may run on %v", all, got)
+	}
+	mustDocker(t, "rm", "-f", name)
+	r := docker(t, "run", "--rm", "--cpuset-cpus", "4095", img, "true")
+	if r.Code != 125 || !strings.Contains(r.Stderr, "Requested CPUs are not available - requested 4095, available: "+all) {
+		t.Errorf("--cpuset-cpus 4095: %+v, want dockerd's refusal", r)
 	}
 }

@@ -158,6 +158,11 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 		return startError(err)
 	}
 	c.run = r
+	if cs := c.rec.HostConfig.CpusetCpus; cs != "" {
+		if err := pinVMM(r.machine.PID(), cs); err != nil {
+			m.log.Warn("pin the VM to its cpuset", "id", c.rec.ID[:12], "cpuset", cs, "err", err)
+		}
+	}
 	now := time.Now().UTC()
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),

@@ -40,6 +40,9 @@ var namespacedSysctls = []string{
 // refuses, in their words, and puts the rest in the form dockerd stores:
 // capability names as CAP_X, /dev/shm's default size.
 func validateResources(hc *container.HostConfig) error {
+	if err := validateCpuset(hc.CpusetCpus); err != nil {
+		return err
+	}
 	var err error
 	if hc.CapAdd, err = normalizeCapabilities("CapAdd", hc.CapAdd); err != nil {
 		return err

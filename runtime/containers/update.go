@@ -57,6 +57,11 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 	if c.run != nil && (memoryMiB(&hc, m.guest.MemoryMiB) != memoryMiB(old, m.guest.MemoryMiB) || cpus(&hc, m.guest.CPUs) != cpus(old, m.guest.CPUs)) {
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: --memory and --cpus size the container's VM, which cannot be resized while it runs; stop the container, update it and start it again", c.rec.ID))
 	}
+	if r := c.run; r != nil && hc.CpusetCpus != old.CpusetCpus {
+		if err := pinVMM(r.machine.PID(), hc.CpusetCpus); err != nil {
+			return resp, fmt.Errorf("Cannot update container %s: %w", c.rec.ID, err)
+		}
+	}
 	// As dockerd, a running container's pids limit changes at once.
 	if r := c.run; r != nil && pidsLimit(&hc) != pidsLimit(old) {
 		if err := c.setPidsLimit(ctx, r, pidsLimit(&hc)); err != nil {
@@ -82,6 +87,9 @@ func validateUpdate(opts UpdateOptions) error {
 	}
 	r := opts.Resources
 	if err := checkResourceRanges(r, true); err != nil {
+		return err
+	}
+	if err := validateCpuset(r.CpusetCpus); err != nil {
 		return err
 	}
 	if n := int64(runtime.NumCPU()); r.NanoCPUs < 0 || r.NanoCPUs > n*1e9 || (r.NanoCPUs > 0 && r.NanoCPUs < 1e7) {
