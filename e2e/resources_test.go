@@ -269,3 +269,17 @@ func TestCpusetCpus(t *testing.T) {
 		t.Errorf("--cpuset-cpus 4095: %+v, want dockerd's refusal", r)
 	}
 }
+
+// TestDefaultRuntime: a container created without --runtime records the
+// daemon's default one, which docker info names, as dockerd records runc.
+func TestDefaultRuntime(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "create", "--name", name, img, "true")
+	def := mustDocker(t, "info", "-f", "{{.DefaultRuntime}}")
+	if got := mustDocker(t, "inspect", "-f", "{{.HostConfig.Runtime}}", name); got != def || def == "\n" {
+		t.Errorf("HostConfig.Runtime = %q, want the default runtime %q", got, def)
+	}
+	mustDocker(t, "rm", name)
+}

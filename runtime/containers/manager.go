@@ -337,6 +337,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if hc.Runtime != "" && (m.guest.Driver == nil || hc.Runtime != RuntimeName(m.guest.Driver.Name())) {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("Unknown runtime specified " + hc.Runtime)
 	}
+	if hc.Runtime == "" && m.guest.Driver != nil {
+		// As dockerd records its default runtime (runc) in the container.
+		hc.Runtime = RuntimeName(m.guest.Driver.Name())
+	}
 	linkIDs, err := m.linkTargets(hc.Links)
 	if err != nil {
 		return resp, err
