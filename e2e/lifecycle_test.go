@@ -485,3 +485,19 @@ func TestDaemonCrashMidRemove(t *testing.T) {
 		t.Errorf("inspect after docker rm of the dead container: %+v", r)
 	}
 }
+
+// TestLogsFollowEndsWithTheContainer: docker logs -f of a running
+// container ends once the container is recorded exited, as under dockerd,
+// so a script's docker rm right after it finds the container stopped.
+func TestLogsFollowEndsWithTheContainer(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	mustDocker(t, "run", "-d", "--name", name, img, "sh", "-c", "echo a; sleep 2; echo b")
+	if r := docker(t, "logs", "-f", name); r != (result{Stdout: "a\nb\n"}) {
+		t.Errorf("logs -f = %+v, want a and b", r)
+	}
+	if r := docker(t, "rm", name); r != (result{Stdout: name + "\n"}) {
+		t.Errorf("rm right after logs -f ended = %+v, want the container gone", r)
+	}
+}

@@ -152,6 +152,7 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 		c.recordStartFailure(err)
 		return err
 	}
+	c.log.BeginRun()
 	r, err := c.boot(ctx)
 	if err != nil {
 		c.recordStartFailure(err)
@@ -434,6 +435,8 @@ func (c *ctr) monitor(r *run) {
 		c.dropCheckpointExitNote()
 	}
 	c.run = nil
+	// Only now do docker logs -f end: the container is recorded exited.
+	c.log.EndRun()
 	c.notifyExit(code, errMsg)
 	c.emitLocked(events.ActionDie, map[string]string{"exitCode": strconv.Itoa(code)})
 	c.emitDetachedLocked()

@@ -41,6 +41,9 @@ type File struct {
 	partial map[string][]byte // per stream, bytes not yet ended by '\n'
 	subs    map[chan Entry]struct{}
 	closed  bool // no writer: followers end once they catch up
+	// runOver is set from a run's EndRun to the next BeginRun: a follow
+	// that starts then has nothing more to wait for.
+	runOver bool
 	now     func() time.Time
 	opts    Options
 	size    int64 // of the live file; -1 until known (rotate.go)
@@ -135,8 +138,7 @@ func (l *File) emit(stream string, data []byte) error {
 	return nil
 }
 
-// Flush writes out partial lines (the process ended without a newline) and
-// ends every follower: the output of this run is complete.
+// Flush writes out partial lines: the process ended without a newline.
 func (l *File) Flush() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -147,16 +149,34 @@ func (l *File) Flush() error {
 		}
 		delete(l.partial, stream)
 	}
+	return errors.Join(errs...)
+}
+
+// BeginRun readies the log for a run whose output followers may wait on.
+func (l *File) BeginRun() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runOver = false
+}
+
+// EndRun ends every follower: the run's output is complete. The container
+// calls it once its exit is recorded, as dockerd ends a docker logs -f
+// only once the container has stopped, so that a docker rm right after
+// one does not find it running.
+func (l *File) EndRun() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runOver = true
 	for ch := range l.subs {
 		close(ch)
 		delete(l.subs, ch)
 	}
-	return errors.Join(errs...)
 }
 
-// Close flushes and closes the file.
+// Close flushes, ends followers and closes the file.
 func (l *File) Close() error {
 	err := l.Flush()
+	l.EndRun()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
@@ -185,7 +205,7 @@ type ReadOptions struct {
 func (l *File) Read(ctx context.Context, opts ReadOptions) (<-chan Entry, error) {
 	var sub chan Entry
 	l.mu.Lock()
-	if opts.Follow && opts.Running && !l.closed {
+	if opts.Follow && opts.Running && !l.closed && !l.runOver {
 		sub = make(chan Entry, 1024)
 		l.subs[sub] = struct{}{}
 	}

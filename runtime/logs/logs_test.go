@@ -67,7 +67,7 @@ func TestReadSelectsStreamsAndTail(t *testing.T) {
 	}
 }
 
-func TestFollowSeesEveryEntryOnceAndEndsOnFlush(t *testing.T) {
+func TestFollowSeesEveryEntryOnceAndEndsOnEndRun(t *testing.T) {
 	l, err := Open(filepath.Join(t.TempDir(), "c-json.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +83,44 @@ func TestFollowSeesEveryEntryOnceAndEndsOnFlush(t *testing.T) {
 	if err := l.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(collect(t, ch), "|"); got != "stdout:before\n|stdout:after\n|stdout:last" {
-		t.Fatalf("got %q", got)
+	// The flush writes the partial line; the follow goes on until the
+	// run's end is recorded.
+	select {
+	case e, ok := <-ch:
+		for ok && string(e.Data) != "last" {
+			e, ok = <-ch
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the flushed partial line did not reach the follower")
+	}
+	select {
+	case e, ok := <-ch:
+		t.Fatalf("the follow went on past the flush: %v %q", ok, e.Data)
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.EndRun()
+	if rest := collect(t, ch); len(rest) != 0 {
+		t.Fatalf("after EndRun: %q", rest)
+	}
+	// A follow that starts after the run ended ends with what is stored,
+	// even if its caller still thought the container running; the next
+	// run's BeginRun lets follows wait again.
+	late, err := l.Read(context.Background(), ReadOptions{Stdout: true, Tail: 1, Follow: true, Running: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(collect(t, late), "|"); got != "stdout:last" {
+		t.Fatalf("late follow got %q", got)
+	}
+	l.BeginRun()
+	again, err := l.Read(context.Background(), ReadOptions{Stdout: true, Tail: 0, Follow: true, Running: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("next run\n"))
+	l.EndRun()
+	if got := strings.Join(collect(t, again), "|"); got != "stdout:next run\n" {
+		t.Fatalf("next run's follow got %q", got)
 	}
 }
 
