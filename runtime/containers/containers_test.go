@@ -327,3 +327,19 @@ func TestRefuseSharedNamespaces(t *testing.T) {
 		}
 	}
 }
+
+func TestPSCommand(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		args []string
+		want string
+	}{
+		{"sleep", nil, "sleep"},
+		{"sh", []string{"-c", `echo "a b"`}, `sh -c 'echo "a b"'`},
+		{"/entry", []string{"x", "y z", ""}, "/entry x 'y z' "},
+	} {
+		if got := psCommand(tc.path, tc.args); got != tc.want {
+			t.Errorf("psCommand(%q, %q) = %q, want %q", tc.path, tc.args, got, tc.want)
+		}
+	}
+}

@@ -115,7 +115,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 		}
 		s := container.Summary{
 			ID: rec.ID, Names: []string{"/" + rec.Name}, Image: rec.Image, ImageID: rec.ImageID,
-			Command: strings.TrimSpace(rec.Path + " " + strings.Join(rec.Args, " ")),
+			Command: psCommand(rec.Path, rec.Args),
 			Created: rec.Created.Unix(), Ports: portSummaries(l.netSettings.Ports), Labels: labelsOf(rec.Config),
 			State: rec.State.Status, Status: statusText(rec.State, now),
 			HostConfig: struct {
@@ -137,6 +137,22 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 		m.fillSizes(ctx, out)
 	}
 	return out, nil
+}
+
+// psCommand is docker ps's COMMAND as dockerd builds it: the arguments
+// that hold a space are put in single quotes.
+func psCommand(path string, args []string) string {
+	if len(args) == 0 {
+		return path
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if strings.Contains(a, " ") {
+			a = "'" + a + "'"
+		}
+		quoted[i] = a
+	}
+	return path + " " + strings.Join(quoted, " ")
 }
 
 func labelsOf(cfg *container.Config) map[string]string {
