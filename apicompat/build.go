@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
@@ -94,24 +95,39 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 
 	w.Header().Set("Content-Type", "application/json")
 	out := &jsonProgress{w: w}
-	stream := func(s string) { out.write(jsonstream.Message{Stream: s}) }
+	// With -q dockerd keeps the build's output (the image ID's aux line
+	// too) back, and sends it, then the error, only if the build fails;
+	// a build that succeeds answers with the ID alone.
+	var (
+		heldMu sync.Mutex
+		held   []jsonstream.Message
+	)
+	progress := out.message
 	if opts.Quiet {
-		stream = func(string) {}
+		progress = func(m jsonstream.Message) {
+			heldMu.Lock()
+			defer heldMu.Unlock()
+			held = append(held, m)
+		}
 	}
 	id, err := s.cfg.Builder.Build(ctx, opts, builder.Output{
-		Stream: stream,
+		Stream: func(s string) { progress(jsonstream.Message{Stream: s}) },
 		Aux: func(id string) {
 			raw := json.RawMessage(fmt.Sprintf(`{"ID":%q}`, id))
-			out.write(jsonstream.Message{Aux: &raw})
+			progress(jsonstream.Message{Aux: &raw})
 		},
-		Progress: func(m jsonstream.Message) {
-			if !opts.Quiet {
+		Progress: progress,
+	})
+	if opts.Quiet {
+		if err == nil {
+			out.write(jsonstream.Message{Stream: id + "\n"})
+		} else {
+			heldMu.Lock()
+			for _, m := range held {
 				out.write(m)
 			}
-		},
-	})
-	if err == nil && opts.Quiet {
-		out.write(jsonstream.Message{Stream: id + "\n"})
+			heldMu.Unlock()
+		}
 	}
 	var exit *builder.ExitError
 	if errors.As(err, &exit) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -25,11 +26,18 @@ type fakeBuilder struct {
 	opts    builder.BuildOptions
 	context []byte
 	err     error
+	// failLate fails with err after the step's output, as a COPY of a
+	// missing file does.
+	failLate bool
 }
 
 func (f *fakeBuilder) Build(ctx context.Context, opts builder.BuildOptions, out builder.Output) (string, error) {
 	f.opts = opts
 	f.context, _ = io.ReadAll(opts.Context)
+	if f.failLate {
+		out.Stream("Step 1/1 : COPY nosuch /x\n")
+		return "", f.err
+	}
 	if f.err != nil && !strings.Contains(f.err.Error(), "returned a non-zero code") {
 		return "", f.err
 	}
@@ -139,6 +147,20 @@ func TestBuildErrors(t *testing.T) {
 				t.Errorf("got %d %q, want %d with %q", code, body, tc.code, tc.body)
 			}
 		})
+	}
+	// With q, a failed build sends the output it held back, then the
+	// error in the stream, as dockerd does.
+	for _, fb := range []*fakeBuilder{
+		{err: errors.New("COPY failed: file not found in build context"), failLate: true},
+		{err: &builder.ExitError{Command: "/bin/sh -c exit 7", Code: 7}},
+	} {
+		srv, _ := newBuildEnv(t, fb)
+		code, body := post(t, srv.URL+"/build?q=1", []byte("tar"), nil)
+		lines := strings.Split(strings.TrimSpace(body), "\r\n")
+		if code != 200 || len(lines) < 2 || !strings.HasPrefix(lines[0], `{"stream":"Step 1/1 : `) ||
+			!strings.Contains(lines[len(lines)-1], `"error":"`+fb.err.Error()+`"`) {
+			t.Errorf("quiet failed build: %d %q, want the held step, then the error", code, body)
+		}
 	}
 	srv, _ := newBuildEnv(t, nil)
 	if code, _ := post(t, srv.URL+"/build", []byte("tar"), nil); code != http.StatusNotImplemented {
