@@ -320,6 +320,8 @@ func scenarios() []scenario {
 		{name: "ps command quoting", args: a("ps", "-a", "--no-trunc", "--filter", "name=diff-q", "--format", "{{.Command}}"),
 			setup:   [][]string{{"create", "--name", "diff-q", "{img}", "sh", "-c", `echo "a b"; exit 0`}},
 			cleanup: [][]string{{"rm", "diff-q"}}},
+		{name: "run tmpfs relative", args: a("run", "--rm", "--tmpfs", "relative", "{img}", "true")},
+		{name: "run tmpfs root", args: a("run", "--rm", "--tmpfs", "/", "{img}", "true")},
 		{name: "ps since filter", args: a("ps", "-a", "--filter", "since=diff-p1", "--filter", "name=diff-p", "--format", "{{.Names}}"),
 			setup:   [][]string{{"create", "--name", "diff-p1", "{img}", "true"}, {"create", "--name", "diff-p2", "{img}", "true"}},
 			cleanup: [][]string{{"rm", "diff-p1", "diff-p2"}}},

@@ -377,7 +377,7 @@ func planMounts(cfg *container.Config, hc *container.HostConfig, inherited []Mou
 	sort.Strings(dests)
 	for _, d := range dests {
 		if err := validateTarget(d); err != nil {
-			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid tmpfs mount destination %s: %v", d, err))
+			return nil, errdefs.ErrInvalidArgument.WithMessage(err.Error()) // dockerd says no more
 		}
 		opts := append([]string(nil), defaultTmpfsFlags...)
 		if data := hc.Tmpfs[d]; data != "" {
