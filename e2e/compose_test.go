@@ -44,8 +44,9 @@ func composePlugin(t *testing.T) {
 }
 
 // TestCompose: a two-service app — a web server with a named volume and a
-// published port, and a client that reaches it by service name — through
-// up -d, ps, logs and down -v.
+// published port, and a client that reaches it by service name and
+// writes into a volume compose's driver_opts bind to a host directory —
+// through up -d, ps, logs and down -v.
 func TestCompose(t *testing.T) {
 	requireBridge(t)
 	composePlugin(t)
@@ -53,6 +54,7 @@ func TestCompose(t *testing.T) {
 	project := strings.ReplaceAll(namePrefix(t), "-", "")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "compose.yaml")
+	hostData := t.TempDir()
 	spec := `services:
   web:
     image: ` + img + `
@@ -61,10 +63,13 @@ func TestCompose(t *testing.T) {
     ports: ["127.0.0.1::80"]
   client:
     image: ` + img + `
-    command: ["sh", "-c", "until wget -q -O- http://web/; do sleep 1; done; echo client-done; sleep 1000"]
+    command: ["sh", "-c", "until wget -q -O- http://web/; do sleep 1; done; echo from-compose > /data/out; echo client-done; sleep 1000"]
+    volumes: ["data:/data"]
     depends_on: [web]
 volumes:
   site: {}
+  data:
+    driver_opts: {type: none, o: bind, device: "` + hostData + `"}
 `
 	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
@@ -99,8 +104,15 @@ volumes:
 		t.Errorf("compose logs web: %+v", logs)
 	}
 
+	if b, err := os.ReadFile(filepath.Join(hostData, "out")); err != nil || string(b) != "from-compose\n" {
+		t.Errorf("the bind volume's host directory holds %q, %v; want what the client wrote", b, err)
+	}
+
 	if r := compose("down", "-v", "--timeout", "1"); r.Code != 0 {
 		t.Fatalf("compose down -v: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(hostData, "out")); err != nil {
+		t.Errorf("down -v took the bind volume's host files: %v", err)
 	}
 	label := "label=com.docker.compose.project=" + project
 	if got := mustDocker(t, "ps", "-aq", "--filter", label); got != "" {
