@@ -143,6 +143,9 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 		return errdefs.ErrConflict.WithMessage("container is marked for removal and cannot be started")
 	}
 	if c.run != nil {
+		if c.rec.State.Paused {
+			return errdefs.ErrConflict.WithMessage("cannot start a paused container, try unpause instead")
+		}
 		if c.rec.State.Running {
 			return errdefs.ErrNotModified.WithMessage("Container already started")
 		}
@@ -815,7 +818,11 @@ func (m *Manager) remove(ctx context.Context, c *ctr, ref string, opts RemoveOpt
 	c.restart.stopped = true
 	c.cancelRestart()
 	if r != nil && !opts.Force {
+		paused := c.rec.State.Paused
 		c.mu.Unlock()
+		if paused {
+			return errdefs.ErrConflict.WithMessage(fmt.Sprintf("You cannot remove a paused container %s. Unpause and then stop the container before attempting removal or force remove", c.rec.ID))
+		}
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("You cannot remove a running container %s. Stop the container before attempting removal or force remove", c.rec.ID))
 	}
 	c.rec.RemovalInProgress = true
