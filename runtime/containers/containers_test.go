@@ -343,3 +343,45 @@ func TestPSCommand(t *testing.T) {
 		}
 	}
 }
+
+// refImages resolves references from a map; Layers is not used here.
+type refImages struct {
+	Images
+	ids map[string]string
+}
+
+func (r refImages) Resolve(ctx context.Context, ref string) (Image, error) {
+	if id, ok := r.ids[ref]; ok {
+		return Image{ID: id}, nil
+	}
+	return Image{}, errdefs.ErrNotFound.WithMessage("No such image: " + ref)
+}
+
+// TestListImageColumn: docker ps shows the reference a container was
+// created from while it still names the container's image, and the
+// image's ID once it is gone or names another, as dockerd does.
+func TestListImageColumn(t *testing.T) {
+	m := &Manager{byID: map[string]*ctr{}}
+	m.images = refImages{ids: map[string]string{"web:1": "sha256:aaa", "web:2": "sha256:new"}}
+	for i, c := range []struct{ name, ref, id string }{
+		{"same", "web:1", "sha256:aaa"},
+		{"retagged", "web:2", "sha256:old"},
+		{"untagged", "gone:1", "sha256:ccc"},
+		{"by-id", "sha256:ddd", "sha256:ddd"},
+	} {
+		m.byID[c.name] = &ctr{m: m, rec: Record{ID: c.name, Name: c.name, Image: c.ref, ImageID: c.id,
+			Created: time.Unix(int64(1000-i), 0), Config: &container.Config{}, HostConfig: &container.HostConfig{},
+			State: container.State{Status: container.StateExited}}}
+	}
+	list, err := m.List(context.Background(), ListOptions{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range list {
+		got = append(got, s.Names[0]+"="+s.Image)
+	}
+	if want := "/same=web:1 /retagged=sha256:old /untagged=sha256:ccc /by-id=sha256:ddd"; strings.Join(got, " ") != want {
+		t.Errorf("images %s, want %s", strings.Join(got, " "), want)
+	}
+}

@@ -98,6 +98,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 	// limit (docker ps -n, -l), as in dockerd.
 	withStopped := opts.All || opts.Limit > 0 || len(f["status"]) > 0
 	out := []container.Summary{}
+	current := m.imageRefs(ctx)
 	now := time.Now()
 	for _, l := range all {
 		rec := l.rec
@@ -128,6 +129,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 		if !f.match(rec, s) {
 			continue
 		}
+		s.Image = current(rec.Image, rec.ImageID)
 		out = append(out, s)
 		if opts.Limit > 0 && len(out) == opts.Limit {
 			break
@@ -137,6 +139,32 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 		m.fillSizes(ctx, out)
 	}
 	return out, nil
+}
+
+// imageRefs gives the IMAGE docker ps shows for a container: the
+// reference it was created from while that still names its image, and
+// the image's ID once the reference is gone or names another image, as
+// dockerd's refreshImage does. Lookups are cached for one listing. It
+// holds no container lock: the image store calls back into the manager
+// with its own held.
+func (m *Manager) imageRefs(ctx context.Context) func(ref, id string) string {
+	seen := map[string]string{}
+	return func(ref, id string) string {
+		if m.images == nil || ref == id {
+			return ref
+		}
+		now, ok := seen[ref]
+		if !ok {
+			if img, err := m.images.Resolve(ctx, ref); err == nil {
+				now = img.ID
+			}
+			seen[ref] = now
+		}
+		if now != id {
+			return id
+		}
+		return ref
+	}
 }
 
 // psCommand is docker ps's COMMAND as dockerd builds it: the arguments
