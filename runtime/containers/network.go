@@ -155,7 +155,7 @@ func (m *Manager) Connect(ctx context.Context, ref, netRef string, cfg *network.
 		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("endpoint with name %s already exists in network %s", c.rec.Name, name))
 	}
 	if _, none := c.rec.Networks[husknet.NoneName]; none || name == husknet.NoneName && len(c.rec.Networks) > 0 {
-		return errdefs.ErrPermissionDenied.WithMessage("container cannot be disconnected from network none and connected to other networks")
+		return errdefs.ErrInvalidArgument.WithMessage("container cannot be connected to multiple networks with one of the networks in private (none) mode")
 	}
 	if c.run != nil {
 		return c.connectRunning(ctx, name, eps[name])
