@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -282,4 +284,25 @@ func TestDefaultRuntime(t *testing.T) {
 		t.Errorf("HostConfig.Runtime = %q, want the default runtime %q", got, def)
 	}
 	mustDocker(t, "rm", name)
+}
+
+// TestInfoPlugins: docker info lists the volume, network and log drivers
+// the daemon has, which clients read before they ask for one.
+func TestInfoPlugins(t *testing.T) {
+	requireSuite(t)
+	for kind, want := range map[string][]string{
+		"Volume":  {"local"},
+		"Network": {"bridge", "null"},
+		"Log":     {"json-file", "local"},
+	} {
+		var got []string
+		if err := json.Unmarshal([]byte(mustDocker(t, "info", "-f", "{{json .Plugins."+kind+"}}")), &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Errorf("docker info Plugins.%s = %q, want %s in it", kind, got, w)
+			}
+		}
+	}
 }

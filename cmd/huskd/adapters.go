@@ -99,15 +99,22 @@ func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
 	_ = unix.Sysinfo(&mem)
 	runtimeName := containers.RuntimeName(s.vmm)
 	return system.Info{
-		ID:                 "husk",
-		Containers:         running + paused + stopped,
-		ContainersRunning:  running,
-		ContainersPaused:   paused,
-		ContainersStopped:  stopped,
-		Images:             len(imgs),
-		Driver:             "husk-ext4",
-		DriverStatus:       [][2]string{{"Base disks", "ext4, read-only, one per image"}, {"Accelerator", s.accel}, {"Guest kernel", s.kernel.Version}},
-		LoggingDriver:      "json-file",
+		ID:                "husk",
+		Containers:        running + paused + stopped,
+		ContainersRunning: running,
+		ContainersPaused:  paused,
+		ContainersStopped: stopped,
+		Images:            len(imgs),
+		Driver:            "husk-ext4",
+		DriverStatus:      [][2]string{{"Base disks", "ext4, read-only, one per image"}, {"Accelerator", s.accel}, {"Guest kernel", s.kernel.Version}},
+		LoggingDriver:     "json-file",
+		// What husk has of each kind, as dockerd lists its own: clients
+		// read them to decide what they may ask for.
+		Plugins: system.PluginsInfo{
+			Volume:  []string{"local"},
+			Network: []string{"bridge", "null"},
+			Log:     []string{"json-file", "local"},
+		},
 		CgroupDriver:       "none",
 		KernelVersion:      hostKernel(),
 		OperatingSystem:    osName(),
