@@ -56,42 +56,32 @@ func (c *ctr) emitNetworkLocked(action events.Action, netName string) {
 	c.m.events.Publish(events.NetworkEventType, action, id, map[string]string{"container": c.rec.ID, "name": name, "type": typ})
 }
 
-// emitAttachedLocked publishes what dockerd does just before a start
-// event: a network connect per network, then a volume mount per volume.
-// Callers hold c.mu.
-func (c *ctr) emitAttachedLocked() {
+// emitResourcesLocked publishes what dockerd does around a run: before
+// its start event (attached) a network connect per network, then a
+// volume mount per volume; after its die event a network disconnect per
+// network, then a volume unmount per volume. Callers hold c.mu.
+func (c *ctr) emitResourcesLocked(attached bool) {
 	if c.m.events == nil {
 		return
 	}
+	netAction, volAction := events.ActionDisconnect, events.ActionUnmount
+	if attached {
+		netAction, volAction = events.ActionConnect, events.ActionMount
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.rec.Networks)) {
-		c.emitNetworkLocked(events.ActionConnect, name)
+		c.emitNetworkLocked(netAction, name)
 	}
 	for _, mp := range c.rec.Mounts {
 		if mp.Type != mount.TypeVolume || mp.Name == "" {
 			continue
 		}
-		c.m.events.Publish(events.VolumeEventType, events.ActionMount, mp.Name, map[string]string{
-			"container": c.rec.ID, "destination": mp.Destination, "driver": mp.Driver,
-			"propagation": string(mp.Propagation), "read/write": strconv.FormatBool(mp.RW),
-		})
-	}
-}
-
-// emitDetachedLocked publishes what dockerd does just after a die event:
-// a network disconnect per network, then a volume unmount per volume.
-// Callers hold c.mu.
-func (c *ctr) emitDetachedLocked() {
-	if c.m.events == nil {
-		return
-	}
-	for _, name := range slices.Sorted(maps.Keys(c.rec.Networks)) {
-		c.emitNetworkLocked(events.ActionDisconnect, name)
-	}
-	for _, mp := range c.rec.Mounts {
-		if mp.Type != mount.TypeVolume || mp.Name == "" {
-			continue
+		attrs := map[string]string{"container": c.rec.ID, "driver": mp.Driver}
+		if attached {
+			attrs["destination"] = mp.Destination
+			attrs["propagation"] = string(mp.Propagation)
+			attrs["read/write"] = strconv.FormatBool(mp.RW)
 		}
-		c.m.events.Publish(events.VolumeEventType, events.ActionUnmount, mp.Name, map[string]string{"container": c.rec.ID, "driver": mp.Driver})
+		c.m.events.Publish(events.VolumeEventType, volAction, mp.Name, attrs)
 	}
 }
 

@@ -178,7 +178,7 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	}
 	c.hub.started(r.stdin)
 	go c.monitor(r)
-	c.emitAttachedLocked()
+	c.emitResourcesLocked(true)
 	c.emitLocked(events.ActionStart, nil)
 	m.log.Info("container started", "id", c.rec.ID[:12], "vmm_pid", r.machine.PID())
 	return nil
@@ -442,7 +442,7 @@ func (c *ctr) monitor(r *run) {
 	c.log.EndRun()
 	c.notifyExit(code, errMsg)
 	c.emitLocked(events.ActionDie, map[string]string{"exitCode": strconv.Itoa(code)})
-	c.emitDetachedLocked()
+	c.emitResourcesLocked(false)
 	close(r.exited)
 	autoRemove := c.rec.HostConfig.AutoRemove
 	if c.wantsRestart(code) {

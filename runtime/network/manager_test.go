@@ -211,19 +211,20 @@ func TestConfigure(t *testing.T) {
 	}
 }
 
-func TestPublishedPortForwardsAndCloses(t *testing.T) {
-	ctx := context.Background()
-	links := newFakeLinks()
+// startedWithBackend starts a manager and, as the container at the
+// bridge's first address, a TCP server that runs serve on each
+// connection; it returns the server's port.
+func startedWithBackend(t *testing.T, links *fakeLinks, serve func(net.Conn)) (*Manager, network.Port) {
+	t.Helper()
 	m := testManager(t, t.TempDir(), links)
-	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
+	if err := m.Start(context.Background(), func(string) bool { return false }); err != nil {
 		t.Fatal(err)
 	}
-	// The "container" (first address of the bridge) echoes a line back.
 	backend, err := net.Listen("tcp4", "127.77.0.2:0")
 	if err != nil {
 		t.Skipf("cannot listen on 127.77.0.2: %v", err)
 	}
-	defer backend.Close()
+	t.Cleanup(func() { backend.Close() })
 	go func() {
 		for {
 			c, err := backend.Accept()
@@ -232,12 +233,21 @@ func TestPublishedPortForwardsAndCloses(t *testing.T) {
 			}
 			go func() {
 				defer c.Close()
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				_, _ = io.WriteString(c, "echo "+line)
+				serve(c)
 			}()
 		}
 	}()
-	port := network.MustParsePort(fmt.Sprintf("%d/tcp", backend.Addr().(*net.TCPAddr).Port))
+	return m, network.MustParsePort(fmt.Sprintf("%d/tcp", backend.Addr().(*net.TCPAddr).Port))
+}
+
+func TestPublishedPortForwardsAndCloses(t *testing.T) {
+	ctx := context.Background()
+	links := newFakeLinks()
+	// The "container" echoes a line back.
+	m, port := startedWithBackend(t, links, func(c net.Conn) {
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		_, _ = io.WriteString(c, "echo "+line)
+	})
 	nets, _ := m.Configure("bridge", nil)
 	req := Request{ContainerID: ctrA, Name: "web", Networks: nets,
 		PortBindings: network.PortMap{port: {{HostIP: netip.MustParseAddr("127.0.0.1")}}}}
@@ -291,26 +301,7 @@ func TestPublishedPortDualStack(t *testing.T) {
 		l.Close()
 	}
 	ctx := context.Background()
-	m := testManager(t, t.TempDir(), newFakeLinks())
-	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
-		t.Fatal(err)
-	}
-	backend, err := net.Listen("tcp4", "127.77.0.2:0")
-	if err != nil {
-		t.Skipf("cannot listen on 127.77.0.2: %v", err)
-	}
-	defer backend.Close()
-	go func() {
-		for {
-			c, err := backend.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(c, "hello\n")
-			c.Close()
-		}
-	}()
-	port := network.MustParsePort(fmt.Sprintf("%d/tcp", backend.Addr().(*net.TCPAddr).Port))
+	m, port := startedWithBackend(t, newFakeLinks(), func(c net.Conn) { _, _ = io.WriteString(c, "hello\n") })
 	nets, _ := m.Configure("bridge", nil)
 	if _, err := m.Attach(ctx, Request{ContainerID: ctrA, Name: "web", Networks: nets, PortBindings: network.PortMap{port: nil}}); err != nil {
 		t.Fatal(err)
