@@ -328,9 +328,10 @@ func scenarios() []scenario {
 		{name: "ps image of an untagged image", args: a("ps", "-a", "--filter", "name=diff-untag", "--format", "{{.Image}}"),
 			setup:   [][]string{{"tag", "{img}", "diff/untag:v1"}, {"create", "--name", "diff-untag", "diff/untag:v1", "true"}, {"rmi", "diff/untag:v1"}},
 			cleanup: [][]string{{"rm", "diff-untag"}}},
-		{name: "network connect a container on none", args: a("network", "connect", "bridge", "diff-none"),
-			setup:   [][]string{{"create", "--name", "diff-none", "--network", "none", "{img}", "true"}},
-			cleanup: [][]string{{"rm", "diff-none"}}},
+		// A user-defined network: the reference dockerd here has no bridge.
+		{name: "network connect a container on none", args: a("network", "connect", "diffnet6", "diff-none"),
+			setup:   [][]string{{"network", "create", "diffnet6"}, {"create", "--name", "diff-none", "--network", "none", "{img}", "true"}},
+			cleanup: [][]string{{"rm", "diff-none"}, {"network", "rm", "diffnet6"}}},
 		{name: "ps since filter", args: a("ps", "-a", "--filter", "since=diff-p1", "--filter", "name=diff-p", "--format", "{{.Names}}"),
 			setup:   [][]string{{"create", "--name", "diff-p1", "{img}", "true"}, {"create", "--name", "diff-p2", "{img}", "true"}},
 			cleanup: [][]string{{"rm", "diff-p1", "diff-p2"}}},
