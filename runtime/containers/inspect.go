@@ -96,7 +96,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) ([]container.Summa
 	}
 	// A status filter lists stopped containers without --all; so does a
 	// limit (docker ps -n, -l), as in dockerd.
-	withStopped := opts.All || opts.Limit > 0 || len(f["status"]) > 0
+	withStopped := opts.All || opts.Limit > 0 || len(f.args["status"]) > 0
 	out := []container.Summary{}
 	current := m.imageRefs(ctx)
 	now := time.Now()
@@ -248,7 +248,11 @@ func humanDuration(d time.Duration) string {
 }
 
 // filter is the parsed `filters` query of GET /containers/json.
-type filter map[string][]string
+type filter struct {
+	args map[string][]string
+	// ports are the publish and expose filters, parsed once.
+	ports map[string][]network.PortRange
+}
 
 // containerFilters are the keys dockerd's list accepts. isolation is
 // Windows' alone: on Linux it matches every container, as in dockerd.
@@ -261,7 +265,7 @@ var containerFilters = map[string]bool{
 func newFilter(raw map[string][]string) (filter, error) {
 	for k := range raw {
 		if !containerFilters[k] {
-			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter '" + k + "'")
+			return filter{}, errdefs.ErrInvalidArgument.WithMessage("invalid filter '" + k + "'")
 		}
 	}
 	for _, s := range raw["status"] {
@@ -269,15 +273,15 @@ func newFilter(raw map[string][]string) (filter, error) {
 		case container.StateCreated, container.StateRunning, container.StatePaused, container.StateRestarting,
 			container.StateRemoving, container.StateExited, container.StateDead:
 		default:
-			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter 'status=" + s + "'")
+			return filter{}, errdefs.ErrInvalidArgument.WithMessage("invalid filter 'status=" + s + "'")
 		}
 	}
 	if err := validateHealthFilter(raw["health"]); err != nil {
-		return nil, err
+		return filter{}, err
 	}
 	for _, s := range raw["exited"] {
 		if _, err := strconv.Atoi(s); err != nil {
-			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'exited=%s': %v", s, err))
+			return filter{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'exited=%s': %v", s, err))
 		}
 	}
 	if vals := raw["is-task"]; len(vals) > 0 {
@@ -285,17 +289,20 @@ func newFilter(raw map[string][]string) (filter, error) {
 		isTrue := slices.Contains(vals, "true") || slices.Contains(vals, "1")
 		isFalse := slices.Contains(vals, "false") || slices.Contains(vals, "0")
 		if isTrue == isFalse {
-			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'is-task=%s'", vals))
+			return filter{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'is-task=%s'", vals))
 		}
 	}
+	f := filter{args: raw, ports: map[string][]network.PortRange{}}
 	for _, key := range []string{"publish", "expose"} {
 		for _, v := range raw[key] {
-			if _, err := parsePortFilter(key, v); err != nil {
-				return nil, err
+			pr, err := parsePortFilter(key, v)
+			if err != nil {
+				return filter{}, err
 			}
+			f.ports[key] = append(f.ports[key], pr)
 		}
 	}
-	return filter(raw), nil
+	return f, nil
 }
 
 // parsePortFilter reads a publish or expose filter: a port or a range,
@@ -315,7 +322,7 @@ func parsePortFilter(key, v string) (network.PortRange, error) {
 // it names (the last value wins, as in dockerd): a full ID, a name, or a
 // unique ID prefix. recs are the containers to look among.
 func (f filter) position(key string, recs []Record) (string, error) {
-	vals := f[key]
+	vals := f.args[key]
 	if len(vals) == 0 {
 		return "", nil
 	}
@@ -338,7 +345,7 @@ func (f filter) position(key string, recs []Record) (string, error) {
 
 func (f filter) match(rec Record, s container.Summary) bool {
 	any := func(key string, ok func(string) bool) bool {
-		vals := f[key]
+		vals := f.args[key]
 		if len(vals) == 0 {
 			return true
 		}
@@ -387,21 +394,17 @@ func (f filter) match(rec Record, s container.Summary) bool {
 		}) &&
 		// dockerd keeps a container if any of its ports is one a publish
 		// or an expose filter names.
-		(len(f["publish"])+len(f["expose"]) == 0 || slices.ContainsFunc(s.Ports, func(p container.PortSummary) bool {
+		(len(f.ports["publish"])+len(f.ports["expose"]) == 0 || slices.ContainsFunc(s.Ports, func(p container.PortSummary) bool {
 			return f.portIn("publish", p.PublicPort, p.Type) || f.portIn("expose", p.PrivatePort, p.Type)
 		})) &&
-		allLabels(f["label"], labelsOf(rec.Config))
+		allLabels(f.args["label"], labelsOf(rec.Config))
 }
 
 // portIn reports whether port/proto is in a range the key's filters name.
 func (f filter) portIn(key string, port uint16, proto string) bool {
-	for _, v := range f[key] {
-		pr, err := parsePortFilter(key, v)
-		if err == nil && string(pr.Proto()) == proto && pr.Start() <= port && port <= pr.End() {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.ports[key], func(pr network.PortRange) bool {
+		return string(pr.Proto()) == proto && pr.Start() <= port && port <= pr.End()
+	})
 }
 
 // allLabels: every label filter ("k" or "k=v") must match.
