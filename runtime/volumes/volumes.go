@@ -273,12 +273,20 @@ func (s *Store) Mount(ctx context.Context, name string) (string, error) {
 // on _data any more: what is under it then is the volume's own (empty)
 // directory, never the device a bind volume names.
 func (s *Store) unmount(name string) error {
-	path := s.Mountpoint(name)
-	if err := s.mount.Unmount(path); err != nil {
+	if err := s.unmountPath(s.Mountpoint(name)); err != nil {
 		return fmt.Errorf("unmount volume %s: %w", name, err)
 	}
+	return nil
+}
+
+// unmountPath unmounts path (not mounted is no error) and fails unless
+// nothing is mounted there afterwards.
+func (s *Store) unmountPath(path string) error {
+	if err := s.mount.Unmount(path); err != nil {
+		return err
+	}
 	if mounted, err := s.mount.Mounted(path); err != nil || mounted {
-		return fmt.Errorf("unmount volume %s: still mounted (%v)", name, err)
+		return fmt.Errorf("%s is still mounted (%v)", path, err)
 	}
 	return nil
 }
@@ -289,11 +297,8 @@ func (s *Store) unmount(name string) error {
 func (s *Store) removeDir(dir string) error {
 	data := filepath.Join(dir, dataDir)
 	if _, err := os.Lstat(data); err == nil {
-		if err := s.mount.Unmount(data); err != nil {
+		if err := s.unmountPath(data); err != nil {
 			return err
-		}
-		if mounted, err := s.mount.Mounted(data); err != nil || mounted {
-			return fmt.Errorf("%s is still mounted (%v)", data, err)
 		}
 	}
 	return os.RemoveAll(dir)
