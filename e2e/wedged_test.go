@@ -229,7 +229,10 @@ func TestCancelWedgedBuild(t *testing.T) {
 
 	eventually(t, "the wedged build VM's QEMU gone", func() string {
 		if ps, err := harness.ProcessesMentioning("process=husk-" + short); err != nil || len(ps) != 0 {
-			return "a QEMU of build VM " + short + " still runs"
+			if !daemonLogHas(t, "build ended while a process ran; killing it", "vm="+short) {
+				return "a QEMU of build VM " + short + " still runs, and the daemon has not logged the build's end"
+			}
+			return "a QEMU of build VM " + short + " still runs after the daemon logged the build's end"
 		}
 		return ""
 	})

@@ -184,7 +184,12 @@ func (v *BuildVM) Run(ctx context.Context, spec proto.ProcessSpec, stdout, stder
 			_, _ = io.Copy(s.w, rc)
 		}()
 	}
-	stop := context.AfterFunc(ctx, func() { v.kill(proc, pid) })
+	stop := context.AfterFunc(ctx, func() {
+		// Logged before the kill so that a build VM left running shows
+		// whether the end of its build ever reached it.
+		v.vms.log.Info("build ended while a process ran; killing it", "vm", v.id, "process", pid, "cause", context.Cause(ctx))
+		v.kill(proc, pid)
+	})
 	defer stop()
 	status, err := proc.Wait(context.WithoutCancel(ctx))
 	wg.Wait()
