@@ -365,6 +365,63 @@ func TestVolumeMountOptions(t *testing.T) {
 	if out := mustDocker(t, "run", "--rm", "-v", tmp+":/t", img, "sh", "-c", "df -k /t | tail -n 1 | awk '{print $2}'"); out != "1024\n" {
 		t.Errorf("the tmpfs volume's size is %q KiB, want 1024", out)
 	}
+	// As dockerd's local driver, the tmpfs is mounted while a container
+	// using it runs: the containers running share it, the last one to
+	// stop unmounts it (though both remain), and a start finds it empty.
+	first, second := namePrefix(t)+"-first", namePrefix(t)+"-second"
+	t.Cleanup(func() { docker(t, "rm", "-f", first, second) })
+	mustDocker(t, "run", "-d", "--name", first, "-v", tmp+":/t", img, "sleep", "600")
+	mustDocker(t, "exec", first, "touch", "/t/kept")
+	mustDocker(t, "run", "-d", "--name", second, "-v", tmp+":/t", img, "sleep", "600")
+	if out := mustDocker(t, "exec", second, "ls", "/t"); out != "kept\n" {
+		t.Errorf("a second container running finds %q in the tmpfs volume, want the first's file", out)
+	}
+	mustDocker(t, "stop", "-t", "1", first)
+	if !mountedVolume(t, tmp) {
+		t.Errorf("%s was unmounted when %s stopped, while %s runs with it", tmp, first, second)
+	}
+	mustDocker(t, "stop", "-t", "1", second)
+	if mountedVolume(t, tmp) {
+		t.Errorf("%s is still mounted once no container using it runs", tmp)
+	}
+	mustDocker(t, "start", first)
+	if out := mustDocker(t, "exec", first, "ls", "-A", "/t"); out != "" {
+		t.Errorf("a restarted container finds %q in the tmpfs volume, want it empty as under dockerd", out)
+	}
+	if suite.Kind == harness.Huskd {
+		// A daemon that crashes and comes back finds the container still
+		// running with the volume mounted, keeps it so, and unmounts it
+		// when that container stops.
+		mustDocker(t, "exec", first, "touch", "/t/kept")
+		crashDaemon(t)
+		if out := mustDocker(t, "exec", first, "ls", "/t"); out != "kept\n" || !mountedVolume(t, tmp) {
+			t.Errorf("after a daemon crash the running container finds %q in the tmpfs volume (mounted: %v), want its file", out, mountedVolume(t, tmp))
+		}
+		mustDocker(t, "stop", "-t", "1", first)
+		if mountedVolume(t, tmp) {
+			t.Errorf("%s is still mounted once the container that survived the daemon's crash stopped", tmp)
+		}
+		// One whose VM dies while no daemon runs has its volume unmounted
+		// by the next daemon.
+		mustDocker(t, "start", first)
+		pid, id := vmmPID(t, first), strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{.Id}}", first))
+		start := killDaemon(t)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %s's VMM: %v", first, err)
+		}
+		eventually(t, "the VMM gone", func() string {
+			if left, err := harness.ProcessesMentioning("process=husk-" + id[:12]); err != nil || len(left) > 0 {
+				return "it still runs"
+			}
+			return ""
+		})
+		start()
+		if mountedVolume(t, tmp) {
+			t.Errorf("%s is still mounted after a restart found the only container using it stopped", tmp)
+		}
+	}
+	mustDocker(t, "rm", "-f", first, second)
+
 	mustDocker(t, "volume", "rm", tmp)
 	if mountedVolume(t, tmp) {
 		t.Errorf("%s is still mounted after volume rm", tmp)

@@ -296,10 +296,14 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, 
 	if len(shareDevs) > 0 {
 		// The same mounts give the same tags, so the setup stands.
 		spec.reshare = func(ctx context.Context) ([]vmm.Share, []int, error) {
-			sh.kill(m.log)
+			// The new servers' start mounts the volumes again for this
+			// container: they stay mounted, with what they hold.
+			sh.killServers(m.log)
+			first := sh
 			var devs []vmm.Share
 			var err error
 			if sh, devs, _, err = c.startShares(ctx, vmDir); err != nil {
+				first.giveBack()
 				return nil, nil, err
 			}
 			return devs, sh.pids(), nil
@@ -900,13 +904,27 @@ func (m *Manager) remove(ctx context.Context, c *ctr, ref string, opts RemoveOpt
 // later daemon will remove it for it).
 func (m *Manager) Restore(ctx context.Context) {
 	var autoRemove []*ctr
+	idle := map[string][]string{} // container ID: volumes
 	for _, c := range m.all() {
 		c.mu.Lock()
 		c.restoreAfterRestart(ctx)
-		if c.run == nil && c.rec.HostConfig.AutoRemove {
-			autoRemove = append(autoRemove, c)
+		if c.run == nil {
+			idle[c.rec.ID] = c.volumeNames()
+			if c.rec.HostConfig.AutoRemove {
+				autoRemove = append(autoRemove, c)
+			}
 		}
 		c.mu.Unlock()
+	}
+	// Once every container that runs on has its volumes mounted again,
+	// what only stopped ones used is unmounted: their VMs ended while
+	// no daemon was there to.
+	if m.volumes != nil {
+		for id, names := range idle {
+			for _, name := range names {
+				m.volumes.Unmount(name, id)
+			}
+		}
 	}
 	for _, c := range autoRemove {
 		m.log.Info("removing a --rm container that is not running after the daemon restart", "id", c.rec.ID[:12])
@@ -1044,7 +1062,7 @@ func (c *ctr) reattach(ctx context.Context) error {
 	if err := client.Freshen(readyCtx, nil); err != nil {
 		c.m.log.Warn("set the reattached guest's clock", "id", c.rec.ID[:12], "err", err)
 	}
-	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), shares: c.m.findShares(c.rec.VMDir),
+	r := &run{machine: machine, client: client, proc: client.Process(mainProcess), shares: c.adoptShares(ctx),
 		exited: make(chan struct{}), resend: true}
 	if c.rec.State.Paused {
 		// Frozen again, or for the first time if the dead daemon only

@@ -31,8 +31,10 @@ type Volumes interface {
 	// anonymous one) and records that the container uses it.
 	Use(ctx context.Context, req volume.CreateRequest, containerID string) (volume.Volume, error)
 	// Mount readies a volume for a start (mounting what its options
-	// name) and returns where its content is.
-	Mount(ctx context.Context, name string) (string, error)
+	// name) and returns where its content is; Unmount gives it back
+	// when that run ends.
+	Mount(ctx context.Context, name, containerID string) (string, error)
+	Unmount(name, containerID string)
 	Acquire(name, containerID string) error
 	Release(name, containerID string)
 	Remove(ctx context.Context, name string, force bool) error
@@ -482,16 +484,19 @@ func mountPoints(mounts []Mount) []container.MountPoint {
 	return out
 }
 
-// shares is one boot's virtiofsd processes.
+// shares is one boot's virtiofsd processes, and the named volumes
+// mounted for it, given back to the store once its servers are gone.
 type shares struct {
 	servers []*virtiofs.Server
+	volumes []string
+	unmount func(name string)
 }
 
 // startShares starts one virtiofsd per bind and volume mount in vmDir and
 // returns the VM's devices and the agent's mount list. On error nothing is
 // left running. Callers hold c.mu.
 func (c *ctr) startShares(ctx context.Context, vmDir string) (_ *shares, _ []vmm.Share, _ []proto.MountSpec, err error) {
-	sh := &shares{}
+	sh := c.newShares()
 	defer func() {
 		if err != nil {
 			sh.kill(c.m.log)
@@ -509,9 +514,10 @@ func (c *ctr) startShares(ctx context.Context, vmDir string) (_ *shares, _ []vmm
 		}
 		src := mp.Source
 		if mp.Type == mount.TypeVolume && mp.Name != "" && c.m.volumes != nil {
-			if src, err = c.m.volumes.Mount(ctx, mp.Name); err != nil {
+			if src, err = c.m.volumes.Mount(ctx, mp.Name, c.rec.ID); err != nil {
 				return nil, nil, nil, err
 			}
+			sh.volumes = append(sh.volumes, mp.Name)
 		}
 		st, err := os.Stat(src)
 		if errors.Is(err, fs.ErrNotExist) && mp.CreateSource {
@@ -565,12 +571,53 @@ func (m *Manager) findShares(vmDir string) *shares {
 	return sh
 }
 
+// adoptShares is the shares of c's VM that a previous daemon started,
+// with its volumes mounted again for c: they are given back when the VM
+// ends, as a boot's are. Callers hold c.mu.
+func (c *ctr) adoptShares(ctx context.Context) *shares {
+	found := c.m.findShares(c.rec.VMDir)
+	sh := c.newShares()
+	sh.servers = found.servers
+	if c.m.volumes == nil {
+		return sh
+	}
+	for _, name := range c.volumeNames() {
+		if _, err := c.m.volumes.Mount(ctx, name, c.rec.ID); err != nil {
+			c.m.log.Warn("mount the volume of a container that survived the restart", "id", c.rec.ID[:12], "volume", name, "err", err)
+			continue
+		}
+		sh.volumes = append(sh.volumes, name)
+	}
+	return sh
+}
+
 // shareGrace is how long virtiofsd gets to exit by itself once its VMM
 // has gone.
 const shareGrace = 5 * time.Second
 
+// newShares is an empty set of shares for a boot of c.
+func (c *ctr) newShares() *shares {
+	sh := &shares{}
+	if c.m.volumes != nil {
+		id := c.rec.ID
+		sh.unmount = func(name string) { c.m.volumes.Unmount(name, id) }
+	}
+	return sh
+}
+
+// volumeNames lists the named volumes a boot of c mounts.
+func (c *ctr) volumeNames() []string {
+	var names []string
+	for _, mp := range c.rec.Mounts {
+		if mp.Type == mount.TypeVolume && mp.Name != "" && mp.shared() {
+			names = append(names, mp.Name)
+		}
+	}
+	return names
+}
+
 // stop waits for each virtiofsd to exit after its VMM and removes its
-// files; nil is a boot without shares.
+// files, then gives the volumes back; nil is a boot without shares.
 func (sh *shares) stop(log *slog.Logger) {
 	if sh == nil {
 		return
@@ -581,6 +628,17 @@ func (sh *shares) stop(log *slog.Logger) {
 		}
 	}
 	sh.servers = nil
+	sh.giveBack()
+}
+
+// giveBack tells the volume store the boot no longer uses its volumes.
+func (sh *shares) giveBack() {
+	if sh.unmount != nil {
+		for _, name := range sh.volumes {
+			sh.unmount(name)
+		}
+	}
+	sh.volumes = nil
 }
 
 func (sh *shares) pids() []int {
@@ -591,10 +649,18 @@ func (sh *shares) pids() []int {
 	return pids
 }
 
+// kill kills each virtiofsd and gives the volumes back.
 func (sh *shares) kill(log *slog.Logger) {
 	if sh == nil {
 		return
 	}
+	sh.killServers(log)
+	sh.giveBack()
+}
+
+// killServers kills each virtiofsd, keeping the volumes for a second
+// set of servers (a boot that falls back from a template).
+func (sh *shares) killServers(log *slog.Logger) {
 	for _, s := range sh.servers {
 		if err := s.Kill(); err != nil {
 			log.Warn("kill virtiofsd", "pid", s.PID(), "err", err)

@@ -77,6 +77,10 @@ type Store struct {
 	vols map[string]*record
 	// refs maps a volume name to the IDs of the containers using it.
 	refs map[string]map[string]struct{}
+	// active maps a volume name to the IDs of the running containers
+	// that mounted it: as dockerd's local driver, a volume with mount
+	// options is mounted while any of them runs.
+	active map[string]map[string]struct{}
 }
 
 // record is one volume as persisted.
@@ -97,7 +101,8 @@ func New(root string, log *slog.Logger, sink EventSink) (*Store, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("create volume root: %w", err)
 	}
-	s := &Store{root: root, log: log, mount: hostMounter{}, events: sink, vols: map[string]*record{}, refs: map[string]map[string]struct{}{}}
+	s := &Store{root: root, log: log, mount: hostMounter{}, events: sink, vols: map[string]*record{}, refs: map[string]map[string]struct{}{},
+		active: map[string]map[string]struct{}{}}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
@@ -240,11 +245,11 @@ func (hostMounter) Mount(device, target, fsType, options string) error {
 func (hostMounter) Unmount(target string) error       { return mount.Unmount(target) }
 func (hostMounter) Mounted(path string) (bool, error) { return mountinfo.Mounted(path) }
 
-// Mount makes the named volume's content ready for a container that
-// starts and returns where it is: a volume with mount options gets its
-// filesystem mounted on _data unless it already is (by an earlier start,
-// or before the daemon restarted).
-func (s *Store) Mount(ctx context.Context, name string) (string, error) {
+// Mount makes the named volume's content ready for container, which
+// starts, and returns where it is: a volume with mount options gets its
+// filesystem mounted on _data unless it already is (for another running
+// container, or before the daemon restarted). Unmount gives it back.
+func (s *Store) Mount(ctx context.Context, name, container string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.vols[name]
@@ -259,14 +264,37 @@ func (s *Store) Mount(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("error while mounting volume '%s': %w", path, err)
 	}
-	if mounted {
-		return path, nil
+	if !mounted {
+		if err := s.mount.Mount(rec.Options["device"], path, rec.Options["type"], rec.Options["o"]); err != nil {
+			return "", fmt.Errorf("error while mounting volume '%s': failed to mount local volume: %w", path, err)
+		}
+		s.log.Info("volume mounted", "name", name, "type", rec.Options["type"], "device", rec.Options["device"])
 	}
-	if err := s.mount.Mount(rec.Options["device"], path, rec.Options["type"], rec.Options["o"]); err != nil {
-		return "", fmt.Errorf("error while mounting volume '%s': failed to mount local volume: %w", path, err)
+	if s.active[name] == nil {
+		s.active[name] = map[string]struct{}{}
 	}
-	s.log.Info("volume mounted", "name", name, "type", rec.Options["type"], "device", rec.Options["device"])
+	s.active[name][container] = struct{}{}
 	return path, nil
+}
+
+// Unmount records that container, which mounted the volume, no longer
+// runs; the last one to go unmounts what Mount mounted, so a tmpfs
+// volume starts empty again as under dockerd. Giving back a volume
+// container did not mount is how a daemon that restarts unmounts what
+// no running container uses any more.
+func (s *Store) Unmount(name, container string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.active[name], container)
+	if len(s.active[name]) > 0 {
+		return
+	}
+	delete(s.active, name)
+	if rec, ok := s.vols[name]; ok && rec.needsMount() {
+		if err := s.unmount(name); err != nil {
+			s.log.Warn("unmount volume no running container uses", "name", name, "err", err)
+		}
+	}
 }
 
 // unmount undoes Mount with s.mu held, and makes sure nothing is mounted
@@ -467,6 +495,7 @@ func (s *Store) remove(name string) error {
 	driver := s.vols[name].Driver
 	delete(s.vols, name)
 	delete(s.refs, name)
+	delete(s.active, name)
 	if err := s.removeDir(dir); err != nil {
 		s.log.Warn("remove volume data", "name", name, "err", err)
 	}
@@ -574,20 +603,13 @@ func (s *Store) ref(name, container string) {
 	s.refs[name][container] = struct{}{}
 }
 
-// Release records that container no longer uses the volume; the last
-// user's release unmounts what Mount mounted.
+// Release records that container, removed, no longer uses the volume.
 func (s *Store) Release(name, container string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.refs[name], container)
-	if len(s.refs[name]) > 0 {
-		return
-	}
-	delete(s.refs, name)
-	if rec, ok := s.vols[name]; ok && rec.needsMount() {
-		if err := s.unmount(name); err != nil {
-			s.log.Warn("unmount unused volume", "name", name, "err", err)
-		}
+	if len(s.refs[name]) == 0 {
+		delete(s.refs, name)
 	}
 }
 
