@@ -205,7 +205,14 @@ func (s *Service) saveItems(refs []string) ([]saveItem, error) {
 		if err != nil {
 			// A bare repository name saves every tag of it.
 			n, perr := reference.Parse(ref)
-			if perr != nil || reference.Tag(n) != "" || reference.IsDigested(n) {
+			if perr != nil {
+				return nil, err
+			}
+			if reference.Tag(n) != "" || reference.IsDigested(n) {
+				if errdefs.IsNotFound(err) {
+					// dockerd's reference store's words.
+					return nil, errdefs.ErrNotFound.WithMessage("reference does not exist")
+				}
 				return nil, err
 			}
 			var keys []string
@@ -223,6 +230,11 @@ func (s *Service) saveItems(refs []string) ([]saveItem, error) {
 				found = true
 			}
 			if !found {
+				if errdefs.IsNotFound(err) {
+					// As dockerd's image store, which it searches last,
+					// names the image as given.
+					return nil, errdefs.ErrNotFound.WithMessage("No such image: " + ref)
+				}
 				return nil, err
 			}
 			continue

@@ -694,6 +694,27 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSaveUnknown: what save cannot find is named in dockerd's words: a
+// name or ID as given, a tagged or digested reference as its reference
+// store puts it.
+func TestSaveUnknown(t *testing.T) {
+	s := newService(t, "", nil)
+	for ref, want := range map[string]string{
+		"nosuch":     "No such image: nosuch",
+		"abcdef123":  "No such image: abcdef123",
+		"nosuch:tag": "reference does not exist",
+		"nosuch@sha256:" + strings.Repeat("a", 64): "reference does not exist",
+	} {
+		err := s.Save(context.Background(), []string{ref}, io.Discard)
+		if !errdefs.IsNotFound(err) || err.Error() != want {
+			t.Errorf("save %s: %v, want not found: %s", ref, err, want)
+		}
+	}
+	if err := s.Save(context.Background(), []string{"Bad:Ref"}, io.Discard); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("save Bad:Ref: %v, want an invalid reference", err)
+	}
+}
+
 func TestLoadLegacyArchive(t *testing.T) {
 	// go-containerregistry's tarball writes the pre-OCI docker-archive
 	// layout (<hex>.tar.gz layers, sha256:<hex> config).
