@@ -314,6 +314,16 @@ func scenarios() []scenario {
 			setup: [][]string{{"network", "create", "--label", "k=v", "--internal", "diffnet4"}}, cleanup: [][]string{{"network", "rm", "diffnet4"}}},
 		{name: "network disconnect not connected", args: a("network", "disconnect", "diffnet5", diffBox),
 			setup: [][]string{{"network", "create", "diffnet5"}}, cleanup: [][]string{{"network", "rm", "diffnet5"}}},
+		// Names filter as regular expressions; "diffnet-pattern-x" must not match.
+		{name: "network ls name pattern", args: a("network", "ls", "--filter", "name=^diffnet-pattern$", "--filter", "name=^diffnet-patt.rn-x$", "--format", "{{.Name}}"),
+			setup: [][]string{{"network", "create", "diffnet-pattern"}}, cleanup: [][]string{{"network", "rm", "diffnet-pattern"}}},
+		{name: "network ls dangling bad value", args: a("network", "ls", "--filter", "dangling=maybe")},
+		{name: "network ls dangling twice", args: a("network", "ls", "--filter", "dangling=true", "--filter", "dangling=false")},
+		{name: "network ls type bad value", args: a("network", "ls", "--filter", "type=bogus")},
+		{name: "volume ls name pattern", args: a("volume", "ls", "-q", "--filter", "name=^diffvol-pat+ern$"),
+			setup:   [][]string{{"volume", "create", "diffvol-pattern"}, {"volume", "create", "diffvol-pattern-x"}},
+			cleanup: [][]string{{"volume", "rm", "diffvol-pattern", "diffvol-pattern-x"}}},
+		{name: "volume ls dangling bad value", args: a("volume", "ls", "--filter", "dangling=TRUE")},
 		// listing and inspecting
 		{name: "ps ancestor filter", args: a("ps", "-a", "--filter", "ancestor={img}", "--filter", "name=diff-", "--format", "{{.Names}}")},
 		{name: "ps exited code filter", args: a("ps", "-a", "--filter", "exited=2", "--filter", "name=diff-", "--format", "{{.Names}} {{.Ports}}")},

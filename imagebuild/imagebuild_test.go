@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -577,6 +578,12 @@ func TestListFilters(t *testing.T) {
 	}
 	if _, err := s.List(ctx, false, map[string][]string{"bogus": {"x"}}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("bogus filter: %v", err)
+	}
+	for _, vals := range [][]string{{"maybe"}, {"TRUE"}, {"true", "false"}} {
+		want := fmt.Sprintf("invalid filter 'dangling=%v'", vals)
+		if _, err := s.List(ctx, false, map[string][]string{"dangling": vals}); !errdefs.IsInvalidArgument(err) || err.Error() != want {
+			t.Errorf("dangling=%v: %v, want %s", vals, err, want)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,17 +36,17 @@ func (s *Service) List(ctx context.Context, all bool, filters map[string][]strin
 			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter '" + k + "'")
 		}
 	}
+	dangling, hasDangling := filters["dangling"]
 	danglingOnly := false
-	for _, v := range filters["dangling"] {
-		switch strings.ToLower(v) {
-		case "true", "1":
-			danglingOnly = true
-		case "false", "0":
-		default:
-			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter 'dangling=" + v + "'")
+	if hasDangling {
+		// As dockerd's GetBoolOrDefault: true or false, not both.
+		isTrue := slices.Contains(dangling, "true") || slices.Contains(dangling, "1")
+		isFalse := slices.Contains(dangling, "false") || slices.Contains(dangling, "0")
+		if isTrue == isFalse {
+			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'dangling=%v'", dangling))
 		}
+		danglingOnly = isTrue
 	}
-	_, hasDangling := filters["dangling"]
 	refPatterns, hasRef := filters["reference"]
 
 	s.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"regexp"
 	"strings"
 	"time"
 
@@ -248,6 +249,9 @@ func (m *Manager) List(ctx context.Context, filters map[string][]string) ([]netw
 			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter '" + k + "'")
 		}
 	}
+	if err := validateListFilters(filters); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := []network.Summary{}
@@ -272,8 +276,8 @@ func (m *Manager) matchLocked(n *netState, f map[string][]string) bool {
 		}
 		return false
 	}
-	return anyOf("name", func(v string) bool { return strings.Contains(n.rec.Name, v) }) &&
-		anyOf("id", func(v string) bool { return strings.HasPrefix(n.rec.ID, v) }) &&
+	return anyOf("name", func(v string) bool { return matchPattern(v, n.rec.Name) }) &&
+		anyOf("id", func(v string) bool { return matchPattern(v, n.rec.ID) }) &&
 		anyOf("driver", func(v string) bool { return n.rec.Driver == v }) &&
 		anyOf("scope", func(v string) bool { return v == "local" }) &&
 		anyOf("type", func(v string) bool {
@@ -284,6 +288,38 @@ func (m *Manager) matchLocked(n *netState, f map[string][]string) bool {
 			return (v == "true" || v == "1") == dangling
 		}) &&
 		matchLabels(f["label"], n.rec.Labels)
+}
+
+// validateListFilters refuses, in dockerd's words, values of the type and
+// dangling filters that it refuses. The type filter's error is a plain
+// one (a 500), as dockerd's is.
+func validateListFilters(filters map[string][]string) error {
+	if vals := filters["dangling"]; len(vals) > 0 {
+		if len(vals) > 1 {
+			return errdefs.ErrInvalidArgument.WithMessage(`got more than one value for filter key "dangling"`)
+		}
+		switch vals[0] {
+		case "0", "false", "1", "true":
+		default:
+			return errdefs.ErrInvalidArgument.WithMessage(`invalid value for filter 'dangling', must be "true" (or "1"), or "false" (or "0")`)
+		}
+	}
+	for _, v := range filters["type"] {
+		if v != "builtin" && v != "custom" {
+			return fmt.Errorf("invalid filter: 'type'='%s'", v)
+		}
+	}
+	return nil
+}
+
+// matchPattern is dockerd's filter match for names and IDs: the value
+// itself, or a regular expression found in it.
+func matchPattern(pattern, s string) bool {
+	if pattern == s {
+		return true
+	}
+	re, err := regexp.Compile(pattern)
+	return err == nil && re.MatchString(s)
 }
 
 // matchLabels: every "k" or "k=v" must match.

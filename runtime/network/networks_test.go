@@ -223,3 +223,51 @@ func TestNetworkEvents(t *testing.T) {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestListFilters: names and IDs match as dockerd matches them (the value,
+// or a regular expression found in them), and the dangling and type
+// filters' values it refuses are refused in its words.
+func TestListFilters(t *testing.T) {
+	ctx := context.Background()
+	m := testManager(t, t.TempDir(), newFakeLinks())
+	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	one, err := m.Create(ctx, network.CreateRequest{Name: "zz-one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "zz-two"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		filters map[string][]string
+		want    string // names, or the error
+	}{
+		{map[string][]string{"name": {"^zz"}}, "zz-one zz-two"},
+		{map[string][]string{"name": {"-one$"}}, "zz-one"},
+		{map[string][]string{"name": {"zz-one"}}, "zz-one"},
+		{map[string][]string{"name": {"^bridge$", "^none$"}}, "bridge none"},
+		{map[string][]string{"name": {"["}}, ""},
+		{map[string][]string{"id": {one.ID[5:15]}}, "zz-one"},
+		{map[string][]string{"id": {"^" + one.ID[:4]}}, "zz-one"},
+		{map[string][]string{"type": {"custom"}, "dangling": {"1"}}, "zz-one zz-two"},
+		{map[string][]string{"type": {"builtin"}, "dangling": {"false"}}, "bridge none"},
+		{map[string][]string{"dangling": {"maybe"}}, `error: invalid value for filter 'dangling', must be "true" (or "1"), or "false" (or "0")`},
+		{map[string][]string{"dangling": {"true", "false"}}, `error: got more than one value for filter key "dangling"`},
+		{map[string][]string{"type": {"bogus"}}, "error: invalid filter: 'type'='bogus'"},
+	} {
+		list, err := m.List(ctx, tc.filters)
+		var got []string
+		for _, n := range list {
+			got = append(got, n.Name)
+		}
+		gotStr := strings.Join(got, " ")
+		if err != nil {
+			gotStr = "error: " + err.Error()
+		}
+		if gotStr != tc.want {
+			t.Errorf("list %v = %q, want %q", tc.filters, gotStr, tc.want)
+		}
+	}
+}

@@ -396,17 +396,23 @@ func (s *Store) List(ctx context.Context, filters map[string][]string) (volume.L
 			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter '%s'", k))
 		}
 	}
-	for _, v := range filters["dangling"] {
-		if _, err := parseBool(v); err != nil {
-			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter 'dangling=%s'", v))
+	dangling, hasDangling := filters["dangling"]
+	danglingOnly := false
+	if hasDangling {
+		// As dockerd's GetBoolOrDefault: true or false, not both.
+		isTrue := slices.Contains(dangling, "true") || slices.Contains(dangling, "1")
+		isFalse := slices.Contains(dangling, "false") || slices.Contains(dangling, "0")
+		if isTrue == isFalse {
+			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter 'dangling=%v'", dangling))
 		}
+		danglingOnly = isTrue
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := volume.ListResponse{Volumes: []volume.Volume{}, Warnings: []string{}}
 	for _, name := range s.sortedNames() {
 		rec := s.vols[name]
-		if s.matches(rec, filters) {
+		if s.matches(rec, filters) && (!hasDangling || danglingOnly == (len(s.refs[rec.Name]) == 0)) {
 			out.Volumes = append(out.Volumes, s.toAPI(rec))
 		}
 	}
@@ -439,14 +445,20 @@ func (s *Store) matches(rec *record, filters map[string][]string) bool {
 		}
 		return slices.ContainsFunc(vals, ok)
 	}
-	return anyOf("name", func(v string) bool { return strings.Contains(rec.Name, v) }) &&
+	return anyOf("name", func(v string) bool { return matchPattern(v, rec.Name) }) &&
 		anyOf("driver", func(v string) bool { return rec.Driver == v }) &&
-		anyOf("dangling", func(v string) bool {
-			want, _ := parseBool(v)
-			return want == (len(s.refs[rec.Name]) == 0)
-		}) &&
 		labelsMatch(filters["label"], rec.Labels, true) &&
 		labelsMatch(filters["label!"], rec.Labels, false)
+}
+
+// matchPattern is dockerd's name filter: the value itself, or a regular
+// expression found in the name.
+func matchPattern(pattern, s string) bool {
+	if pattern == s {
+		return true
+	}
+	re, err := regexp.Compile(pattern)
+	return err == nil && re.MatchString(s)
 }
 
 // labelsMatch: with want, every "k" or "k=v" must be present; without,

@@ -200,6 +200,10 @@ func TestPruneAndFilters(t *testing.T) {
 		{map[string][]string{"label": {"keep=yes"}}, []string{"keep"}},
 		{map[string][]string{"label": {"keep=no"}}, nil},
 		{map[string][]string{"driver": {"local"}, "name": {"named", "keep"}}, []string{"keep", "named"}},
+		// dockerd's names are regular expressions.
+		{map[string][]string{"name": {"^ke+p$"}}, []string{"keep"}},
+		{map[string][]string{"name": {"^(keep|named)$"}}, []string{"keep", "named"}},
+		{map[string][]string{"name": {"["}}, nil},
 	}
 	for _, tt := range filterTests {
 		list, err := s.List(ctx, tt.filters)
@@ -209,6 +213,12 @@ func TestPruneAndFilters(t *testing.T) {
 	}
 	if _, err := s.List(ctx, map[string][]string{"foo": {"bar"}}); !errdefs.IsInvalidArgument(err) || err.Error() != "Invalid filter 'foo'" {
 		t.Errorf("unknown filter: %v", err)
+	}
+	for _, vals := range [][]string{{"maybe"}, {"TRUE"}, {"true", "0"}} {
+		want := fmt.Sprintf("Invalid filter 'dangling=%v'", vals)
+		if _, err := s.List(ctx, map[string][]string{"dangling": vals}); !errdefs.IsInvalidArgument(err) || err.Error() != want {
+			t.Errorf("dangling=%v: %v, want %s", vals, err, want)
+		}
 	}
 
 	rep, err := s.Prune(ctx, nil)
