@@ -112,10 +112,11 @@ func (m *Manager) Start(ctx context.Context, ref string) error {
 		c.rec.RestartCount = 0
 	}
 	c.mu.Unlock()
-	err = c.start(ctx, ref)
-	if err != nil && !errdefs.IsNotModified(err) && !errdefs.IsConflict(err) && c.autoRemove() {
+	attempted, err := c.start(ctx, ref)
+	if err != nil && attempted && c.autoRemove() {
 		// As dockerd: a --rm container whose start failed is removed, and
-		// the CLI waits for that (wait condition "removed").
+		// the CLI waits for that (wait condition "removed"). One whose
+		// start was refused (running, paused, being removed) is not.
 		if rmErr := m.remove(context.WithoutCancel(ctx), c, ref, RemoveOptions{Force: true}); rmErr != nil {
 			m.log.Error("auto-remove after failed start", "id", c.rec.ID[:12], "err", rmErr)
 		}
@@ -129,37 +130,39 @@ func (c *ctr) autoRemove() bool {
 	return c.rec.HostConfig.AutoRemove
 }
 
-func (c *ctr) start(ctx context.Context, ref string) error {
+// start starts c unless its state refuses it; attempted is whether it
+// tried (and so, on error, failed rather than refused).
+func (c *ctr) start(ctx context.Context, ref string) (attempted bool, err error) {
 	m := c.m
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.removed {
-		return errdefs.ErrNotFound.WithMessage("No such container: " + ref)
+		return false, errdefs.ErrNotFound.WithMessage("No such container: " + ref)
 	}
 	if c.busy {
-		return errBusy(c.rec.ID)
+		return false, errBusy(c.rec.ID)
 	}
 	if c.rec.State.Dead || c.rec.RemovalInProgress {
-		return errdefs.ErrConflict.WithMessage("container is marked for removal and cannot be started")
+		return false, errdefs.ErrConflict.WithMessage("container is marked for removal and cannot be started")
 	}
 	if c.run != nil {
 		if c.rec.State.Paused {
-			return errdefs.ErrConflict.WithMessage("cannot start a paused container, try unpause instead")
+			return false, errdefs.ErrConflict.WithMessage("cannot start a paused container, try unpause instead")
 		}
 		if c.rec.State.Running {
-			return errdefs.ErrNotModified.WithMessage("Container already started")
+			return false, errdefs.ErrNotModified.WithMessage("Container already started")
 		}
-		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is stopping", c.rec.ID))
+		return false, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is stopping", c.rec.ID))
 	}
 	if err := c.configureLog(); err != nil {
 		c.recordStartFailure(err)
-		return err
+		return true, err
 	}
 	c.log.BeginRun()
 	r, err := c.boot(ctx)
 	if err != nil {
 		c.recordStartFailure(err)
-		return startError(err)
+		return true, startError(err)
 	}
 	c.run = r
 	if cs := c.rec.HostConfig.CpusetCpus; cs != "" {
@@ -181,7 +184,7 @@ func (c *ctr) start(ctx context.Context, ref string) error {
 	c.emitResourcesLocked(true)
 	c.emitLocked(events.ActionStart, nil)
 	m.log.Info("container started", "id", c.rec.ID[:12], "vmm_pid", r.machine.PID())
-	return nil
+	return true, nil
 }
 
 // boot starts the VM, waits for the agent, prepares the root and starts the

@@ -71,7 +71,7 @@ func (c *ctr) scheduleRestart(ranFor time.Duration) {
 		c.rec.RestartCount++
 		c.rec.State.Restarting = false
 		c.mu.Unlock()
-		if err := c.start(context.Background(), c.rec.ID); err != nil {
+		if _, err := c.start(context.Background(), c.rec.ID); err != nil {
 			c.m.log.Error("restart by policy", "id", c.rec.ID[:12], "err", err)
 			c.mu.Lock()
 			c.rec.State.Status = container.StateExited
@@ -131,7 +131,7 @@ func (m *Manager) RestartOnBoot(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.start(ctx, c.rec.ID); err != nil {
+			if _, err := c.start(ctx, c.rec.ID); err != nil {
 				m.log.Error("restart on daemon start", "id", c.rec.ID[:12], "err", err)
 			}
 		}()

@@ -92,9 +92,9 @@ func TestUnfinishedRemoval(t *testing.T) {
 				t.Errorf("times %q %q, want StartedAt kept and FinishedAt set", st.StartedAt, st.FinishedAt)
 			}
 
-			err = c.start(context.Background(), "victim")
-			if !errdefs.IsConflict(err) || err.Error() != "container is marked for removal and cannot be started" {
-				t.Errorf("start of a dead container: %v, want dockerd's conflict", err)
+			attempted, err := c.start(context.Background(), "victim")
+			if attempted || !errdefs.IsConflict(err) || err.Error() != "container is marked for removal and cannot be started" {
+				t.Errorf("start of a dead container: attempted %v, %v; want dockerd's conflict, refused", attempted, err)
 			}
 			if err := m.remove(context.Background(), c, "victim", RemoveOptions{}); err != nil {
 				t.Fatalf("docker rm of a dead container: %v", err)
