@@ -493,3 +493,29 @@ func TestHostGateway(t *testing.T) {
 	}
 	mustDocker(t, "rm", "-f", srv)
 }
+
+// TestAuxAddresses: a network's --aux-address is shown by inspect and
+// never handed to a container. Asking for one with --ip fails the start
+// in dockerd's words, and a --rm container whose start failed so is
+// removed (the CLI waits for that), where it used to hang the CLI.
+func TestAuxAddresses(t *testing.T) {
+	requireBridge(t)
+	img := pulled(t, testimages.Busybox)
+	nw := namePrefix(t)
+	t.Cleanup(func() { docker(t, "network", "rm", nw) })
+	mustDocker(t, "network", "create", "--subnet", "10.87.0.0/24", "--aux-address", "router=10.87.0.2", "--aux-address", "dns=10.87.0.3", nw)
+	if got, want := mustDocker(t, "network", "inspect", "-f", "{{json .IPAM.Config}}", nw), `[{"Subnet":"10.87.0.0/24","Gateway":"10.87.0.1","AuxiliaryAddresses":{"dns":"10.87.0.3","router":"10.87.0.2"}}]`+"\n"; got != want {
+		t.Errorf("IPAM config = %s, want %s", got, want)
+	}
+	if out := mustDocker(t, "run", "--rm", "--network", nw, img, "sh", "-c", "ip -4 -o addr show eth0 | awk '{print $4}'"); out != "10.87.0.4/24\n" {
+		t.Errorf("a container got %q, want 10.87.0.4/24, the first address past the aux ones", out)
+	}
+	name := containerName(t, "-rm")
+	r := docker(t, "run", "--rm", "--name", name, "--network", nw, "--ip", "10.87.0.2", img, "true")
+	if r.Code != 125 || !strings.Contains(r.Stderr, "Error response from daemon: Address already in use\n") {
+		t.Errorf("run --ip of an aux address: %+v, want exit 125 and dockerd's error", r)
+	}
+	if out := mustDocker(t, "ps", "-a", "-q", "--filter", "name=^"+name+"$"); out != "" {
+		t.Errorf("the --rm container whose start failed is still there: %q", out)
+	}
+}

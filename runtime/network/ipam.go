@@ -69,11 +69,12 @@ func (p *pool) claim(a netip.Addr, owner string) error {
 	if !p.subnet.Contains(a) || a == p.subnet.Addr() || a == lastAddr(p.subnet) {
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Address %s does not belong to subnet %s", a, p.subnet))
 	}
+	// libnetwork's ErrIPAlreadyAllocated: a 403, without the address.
 	if a == p.gateway {
-		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Address already in use: %s", a))
+		return errdefs.ErrPermissionDenied.WithMessage("Address already in use")
 	}
 	if o, taken := p.used[a]; taken && o != owner {
-		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Address already in use: %s", a))
+		return errdefs.ErrPermissionDenied.WithMessage("Address already in use")
 	}
 	p.used[a] = owner
 	return nil

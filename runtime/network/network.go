@@ -118,12 +118,15 @@ type netRecord struct {
 	Gateway netip.Addr   `json:",omitzero"`
 	// IPRange is --ip-range: the part of Subnet addresses are handed
 	// out from (a static --ip may be anywhere in Subnet).
-	IPRange    netip.Prefix `json:",omitzero"`
-	Bridge     string       `json:",omitempty"`
-	Internal   bool         `json:",omitempty"`
-	Attachable bool         `json:",omitempty"`
-	Labels     map[string]string
-	Options    map[string]string
+	IPRange netip.Prefix `json:",omitzero"`
+	// AuxAddresses are --aux-address: addresses in Subnet no container
+	// is given, shown by inspect.
+	AuxAddresses map[string]netip.Addr `json:",omitempty"`
+	Bridge       string                `json:",omitempty"`
+	Internal     bool                  `json:",omitempty"`
+	Attachable   bool                  `json:",omitempty"`
+	Labels       map[string]string
+	Options      map[string]string
 }
 
 // predefined reports whether users may not remove the network.
@@ -260,6 +263,14 @@ func newNetState(rec netRecord) (*netState, error) {
 		p, err := newPool(rec.Subnet, rec.Gateway, rec.IPRange)
 		if err != nil {
 			return nil, err
+		}
+		for name, a := range rec.AuxAddresses {
+			if a == rec.Subnet.Masked().Addr() || a == lastAddr(rec.Subnet) {
+				continue // never handed out anyway
+			}
+			if err := p.claim(a, auxOwner+name); err != nil {
+				return nil, fmt.Errorf("failed to allocate secondary ip address (%s:%s): %w", name, a, err)
+			}
 		}
 		st.pool = p
 	}

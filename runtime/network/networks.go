@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,13 +56,17 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	if err != nil {
 		return network.CreateResponse{}, err
 	}
+	aux, err := auxAddresses(req.IPAM, subnet)
+	if err != nil {
+		return network.CreateResponse{}, err
+	}
 	id, err := newID()
 	if err != nil {
 		return network.CreateResponse{}, err
 	}
 	rec := netRecord{
 		ID: id, Name: req.Name, Driver: driverBridge, Created: time.Now().UTC(),
-		Subnet: subnet, Gateway: gw, IPRange: ipRange, Bridge: bridgePrefix + "-" + id[:10],
+		Subnet: subnet, Gateway: gw, IPRange: ipRange, AuxAddresses: aux, Bridge: bridgePrefix + "-" + id[:10],
 		Internal: req.Internal, Attachable: req.Attachable,
 		Labels: maps.Clone(req.Labels), Options: maps.Clone(req.Options),
 	}
@@ -154,6 +159,29 @@ func chooseIPRange(ipam *network.IPAM, subnet netip.Prefix) (netip.Prefix, error
 		return netip.Prefix{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no matching subnet for range %s", r))
 	}
 	return r.Masked(), nil
+}
+
+// auxOwner prefixes the pool's owner of an --aux-address.
+const auxOwner = "aux:"
+
+// auxAddresses checks --aux-address against the network's subnet, as
+// libnetwork does: each must be in it, and none may be taken twice.
+func auxAddresses(ipam *network.IPAM, subnet netip.Prefix) (map[string]netip.Addr, error) {
+	if ipam == nil || len(ipam.Config) == 0 || len(ipam.Config[0].AuxAddress) == 0 {
+		return nil, nil
+	}
+	taken := map[netip.Addr]bool{}
+	for _, name := range slices.Sorted(maps.Keys(ipam.Config[0].AuxAddress)) {
+		a := ipam.Config[0].AuxAddress[name]
+		if !subnet.Contains(a) {
+			return nil, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("auxiliary address: (%s:%s) must belong to the master pool: %s", name, a, subnet))
+		}
+		if taken[a] {
+			return nil, fmt.Errorf("failed to allocate secondary ip address (%s:%s): Address already in use", name, a)
+		}
+		taken[a] = true
+	}
+	return maps.Clone(ipam.Config[0].AuxAddress), nil
 }
 
 // dropNetworkLocked forgets a network and takes its host side down.
@@ -376,7 +404,7 @@ func (m *Manager) describeLocked(n *netState) network.Network {
 		Options: maps.Clone(n.rec.Options), Labels: maps.Clone(n.rec.Labels),
 	}
 	if n.rec.Subnet.IsValid() {
-		nw.IPAM.Config = append(nw.IPAM.Config, network.IPAMConfig{Subnet: n.rec.Subnet, IPRange: n.rec.IPRange, Gateway: n.rec.Gateway})
+		nw.IPAM.Config = append(nw.IPAM.Config, network.IPAMConfig{Subnet: n.rec.Subnet, IPRange: n.rec.IPRange, Gateway: n.rec.Gateway, AuxAddress: maps.Clone(n.rec.AuxAddresses)})
 	}
 	if nw.Options == nil {
 		nw.Options = map[string]string{}

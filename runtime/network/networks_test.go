@@ -181,6 +181,56 @@ func TestCreateIPRange(t *testing.T) {
 	}
 }
 
+// TestCreateAuxAddresses: --aux-address is kept and shown, and no
+// container gets one of them, also after a restart; one outside the
+// subnet is refused as libnetwork refuses it.
+func TestCreateAuxAddresses(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	m := testManager(t, root, newFakeLinks())
+	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	ipam := func(aux map[string]netip.Addr) *network.IPAM {
+		return &network.IPAM{Config: []network.IPAMConfig{{Subnet: netip.MustParsePrefix("10.140.0.0/24"), AuxAddress: aux}}}
+	}
+	out := map[string]netip.Addr{"a": netip.MustParseAddr("10.141.0.5")}
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "bad", IPAM: ipam(out)}); !errdefs.IsPermissionDenied(err) ||
+		err.Error() != "auxiliary address: (a:10.141.0.5) must belong to the master pool: 10.140.0.0/24" {
+		t.Errorf("an aux address outside the subnet: %v", err)
+	}
+	aux := map[string]netip.Addr{"router": netip.MustParseAddr("10.140.0.2"), "dns": netip.MustParseAddr("10.140.0.4")}
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "x", IPAM: ipam(aux)}); err != nil {
+		t.Fatal(err)
+	}
+	m2 := testManager(t, root, newFakeLinks())
+	if err := m2.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	nw, err := m2.Inspect(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nw.IPAM.Config[0].AuxAddress; len(got) != 2 || got["router"] != aux["router"] || got["dns"] != aux["dns"] {
+		t.Errorf("aux addresses after a restart = %v, want %v", got, aux)
+	}
+	var addrs []string
+	for i, id := range []string{ctrA, ctrB} {
+		nets, err := m2.Configure("x", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		att, err := m2.Attach(ctx, Request{ContainerID: id, Name: fmt.Sprint("c", i), Networks: nets})
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, att.Guest.Interfaces[0].Address)
+	}
+	if want := "10.140.0.3/24 10.140.0.5/24"; strings.Join(addrs, " ") != want {
+		t.Errorf("containers got %v, want %s (around the aux addresses)", addrs, want)
+	}
+}
+
 // recordedEvents keeps what was published, as "type action id attrs".
 type recordedEvents []string
 
