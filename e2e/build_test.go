@@ -248,4 +248,9 @@ func TestBuildErrorsAsDockerd(t *testing.T) {
 	if r.Code != 1 || !strings.HasSuffix(r.Stderr, "Error response from daemon: dockerfile parse error line 2: unknown instruction: FOO\n") {
 		t.Errorf("unknown instruction: exit %d", r.Code)
 	}
+	// dockerd looks a RUN's user up itself and says only that.
+	r = dockerBuild(t, writeContext(t, map[string]string{"Dockerfile": "FROM " + base + "\nUSER nosuch\nRUN id\n"}))
+	if r.Code != 1 || !strings.HasSuffix(r.Stderr, "\nunable to find user nosuch: no matching entries in passwd file\n") {
+		t.Errorf("a RUN as an unknown user: %+v", r)
+	}
 }

@@ -80,7 +80,9 @@ type Sandboxes interface {
 type Sandbox interface {
 	// ApplyLayer adds an OCI layer tar on top of the VM's root.
 	ApplyLayer(ctx context.Context, layer io.Reader) error
-	// Run runs a process to its end and returns its exit code.
+	// Run runs a process to its end and returns its exit code. A
+	// process that cannot start through its own fault (no such user or
+	// program) is an invalid-argument error, worded for the user.
 	Run(ctx context.Context, p Process, stdout, stderr io.Writer) (int, error)
 	// CutLayer writes what changed in the root since the last cut or
 	// applied layer as an OCI layer tar, and starts a fresh change set.

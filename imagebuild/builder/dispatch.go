@@ -361,6 +361,9 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 			return nil, err
 		}
 		code, err := vm.Run(ctx, proc, streamWriter{bd.out.Stream, false}, streamWriter{bd.out.Stream, true})
+		if errdefs.IsInvalidArgument(err) {
+			return nil, err // the step's own fault, worded as dockerd words it
+		}
 		if err != nil {
 			return nil, fmt.Errorf("run %q in the build VM: %w", strings.Join(args, " "), err)
 		}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/husk-vm/husk/rootfs"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/host"
@@ -161,9 +163,15 @@ func (v *BuildVM) Run(ctx context.Context, spec proto.ProcessSpec, stdout, stder
 	proc, err := v.client.Start(ctx, pid, spec)
 	if err != nil {
 		var ae *host.AgentError
-		if errors.As(err, &ae) && (ae.Kind == proto.KindNotFound || ae.Kind == proto.KindPermission || ae.Kind == proto.KindUser) {
-			// dockerd's words, as for a container that cannot start.
-			return 0, fmt.Errorf("failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: %s: unknown", ae.Message)
+		if errors.As(err, &ae) {
+			switch ae.Kind {
+			case proto.KindUser:
+				// dockerd looks the user up itself, before runc.
+				return 0, errdefs.ErrInvalidArgument.WithMessage(ae.Message)
+			case proto.KindNotFound, proto.KindPermission:
+				// dockerd's words, as for a container that cannot start.
+				return 0, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: %s: unknown", ae.Message))
+			}
 		}
 		return 0, err
 	}
