@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +74,10 @@ func TestEvents(t *testing.T) {
 	mustDocker(t, "pause", name)
 	mustDocker(t, "unpause", name)
 	mustDocker(t, "rename", name, renamed)
+	mustDocker(t, "cp", renamed+":/etc/hostname", t.TempDir())
+	src := filepath.Join(t.TempDir(), "f")
+	must(t, os.WriteFile(src, []byte("x"), 0o644))
+	mustDocker(t, "cp", src, renamed+":/tmp/")
 	mustDocker(t, "restart", "-t", "1", renamed)
 	mustDocker(t, "kill", renamed)
 	mustDocker(t, "rm", renamed)
@@ -85,6 +91,8 @@ func TestEvents(t *testing.T) {
 		"container pause " + name + " exitCode= signal=",
 		"container unpause " + name + " exitCode= signal=",
 		"container rename " + renamed + " exitCode= signal=",
+		"container archive-path " + renamed + " exitCode= signal=",
+		"container extract-to-dir " + renamed + " exitCode= signal=",
 		// sleep, the container's PID 1, ignores SIGTERM.
 		"container kill " + renamed + " exitCode= signal=15",
 		"container kill " + renamed + " exitCode= signal=9",
@@ -102,7 +110,7 @@ func TestEvents(t *testing.T) {
 	}
 
 	// Filters: by event, and by the image a container ran.
-	if got := pastEvents(t, since, "container="+id, "event=die"); len(got) != 2 || got[1] != want[15] {
+	if got := pastEvents(t, since, "container="+id, "event=die"); len(got) != 2 || got[1] != want[17] {
 		t.Errorf("event=die: %q", got)
 	}
 	if got := pastEvents(t, since, "image="+img, "event=create", "label=e2e.events=yes"); len(got) != 1 || got[0] != want[0] {
@@ -124,6 +132,16 @@ func TestEvents(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(wantImg, "\n") {
 		t.Errorf("image events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantImg, "\n"))
+	}
+	// Removing an image deletes its layers too; only the image is an
+	// event.
+	committer := containerName(t, "-commit")
+	mustDocker(t, "run", "--name", committer, img, "sh", "-c", "echo x > /new")
+	committed := strings.TrimSpace(mustDocker(t, "commit", committer, "e2e-events-commit:v1"))
+	mustDocker(t, "rm", committer)
+	mustDocker(t, "rmi", "e2e-events-commit:v1")
+	if got := pastEvents(t, since, "type=image", "event=delete"); len(got) != 1 || !strings.HasPrefix(got[0], "image delete "+committed+" ") {
+		t.Errorf("delete events of removing a committed image: %q, want one, of %s", got, committed)
 	}
 
 	// dockerd 20.10 ignores filters it does not know; an until in the

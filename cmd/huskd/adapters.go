@@ -62,9 +62,9 @@ func (a imageAPI) List(ctx context.Context, opts apicompat.ImageListOptions) ([]
 // Remove also drops the base disk of every image the store deleted: the
 // store knows nothing of disks, and a base nobody can use is only a leak.
 func (a imageAPI) Remove(ctx context.Context, ref string, force, prune bool) ([]image.DeleteResponse, error) {
-	id, labels := a.imageLabels(ctx, ref)
+	id, labels, layers := a.imageLabels(ctx, ref)
 	resp, err := a.Service.Remove(ctx, ref, force, prune)
-	a.publishRemoval(id, labels, resp)
+	a.publishRemoval(id, labels, layers, resp)
 	for _, r := range resp {
 		if r.Deleted == "" {
 			continue

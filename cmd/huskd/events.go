@@ -10,6 +10,8 @@ import (
 	"github.com/moby/moby/api/types/image"
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/api/types/registry"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
 
 	"github.com/husk-vm/husk/apicompat"
 	"github.com/husk-vm/husk/imagebuild/commit"
@@ -116,8 +118,10 @@ func (a imageAPI) Load(ctx context.Context, r io.Reader, progress func(jsonstrea
 
 // publishRemoval reports an image removal as dockerd does: "untag" per
 // removed reference and "delete" per removed image, the image's ID as
-// actor and name. labels were read before the image went.
-func (a imageAPI) publishRemoval(id string, labels map[string]string, resp []image.DeleteResponse) {
+// actor and name; the layers the response also lists as deleted (layers
+// holds their chain IDs) are no events. labels were read before the
+// image went.
+func (a imageAPI) publishRemoval(id string, labels map[string]string, layers map[string]bool, resp []image.DeleteResponse) {
 	if a.events == nil {
 		return
 	}
@@ -130,22 +134,31 @@ func (a imageAPI) publishRemoval(id string, labels map[string]string, resp []ima
 			}
 			attrs["name"] = id
 			a.events.Publish(events.ImageEventType, events.ActionUnTag, id, attrs)
-		case r.Deleted != "":
+		case r.Deleted != "" && !layers[r.Deleted]:
 			a.events.Publish(events.ImageEventType, events.ActionDelete, r.Deleted, map[string]string{"name": r.Deleted})
 		}
 	}
 }
 
-// imageLabels are ref's labels, for events about an image about to go.
-func (a imageAPI) imageLabels(ctx context.Context, ref string) (id string, labels map[string]string) {
+// imageLabels are ref's labels, for events about an image about to go,
+// and the chain IDs of its layers, which cover its ancestors' too.
+func (a imageAPI) imageLabels(ctx context.Context, ref string) (id string, labels map[string]string, layers map[string]bool) {
 	img, err := a.Service.Inspect(ctx, ref)
 	if err != nil {
-		return "", nil
+		return "", nil, nil
 	}
 	if img.Config != nil {
 		labels = img.Config.Labels
 	}
-	return img.ID, labels
+	layers = map[string]bool{}
+	var diffIDs []digest.Digest
+	for _, l := range img.RootFS.Layers {
+		diffIDs = append(diffIDs, digest.Digest(l))
+	}
+	for _, c := range identity.ChainIDs(diffIDs) {
+		layers[c.String()] = true
+	}
+	return img.ID, labels, layers
 }
 
 // ValidateImport refuses a bad --change or platform before the upload is

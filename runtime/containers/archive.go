@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
 
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -57,6 +58,7 @@ func (m *Manager) ArchiveGet(ctx context.Context, ref, path string) (container.P
 		release()
 		return container.PathStat{}, nil, archiveError(err, ref, path)
 	}
+	c.emit(events.ActionArchivePath, nil)
 	return pathStat(st), releasingReader{rc, release}, nil
 }
 
@@ -81,6 +83,7 @@ func (m *Manager) ArchivePut(ctx context.Context, ref, path string, opts Archive
 	if err := client.ArchivePut(ctx, spec, r); err != nil {
 		return archiveError(err, ref, path)
 	}
+	c.emit(events.ActionExtractToDir, nil)
 	return nil
 }
 
