@@ -427,6 +427,19 @@ func TestVolumeMountOptions(t *testing.T) {
 		t.Errorf("%s is still mounted after volume rm", tmp)
 	}
 
+	// --mount's volume-opt and volume-label make the volume the run
+	// creates: here an anonymous 1 MiB tmpfs, and a labelled named one.
+	if out := mustDocker(t, "run", "--rm", "--mount", "type=volume,dst=/x,volume-opt=type=tmpfs,volume-opt=device=tmpfs,volume-opt=o=size=1m",
+		img, "sh", "-c", "df -k /x | tail -n 1 | awk '{print $2}'"); out != "1024\n" {
+		t.Errorf("--mount volume-opt: the volume's size is %q KiB, want a 1024 KiB tmpfs", out)
+	}
+	labelled := namePrefix(t) + "-labelled"
+	t.Cleanup(func() { docker(t, "volume", "rm", "-f", labelled) })
+	mustDocker(t, "run", "--rm", "--mount", "type=volume,src="+labelled+",dst=/x,volume-label=made=by-mount", img, "true")
+	if out := mustDocker(t, "volume", "inspect", "-f", "{{json .Labels}}", labelled); out != `{"made":"by-mount"}`+"\n" {
+		t.Errorf("--mount volume-label: the volume's labels are %s", out)
+	}
+
 	mustDocker(t, "volume", "create", "-o", "type=none", "-o", "o=bind", "-o", "device=/nonexistent-husk-e2e", missing)
 	r := docker(t, "run", "--rm", "-v", missing+":/x", img, "true")
 	// 127: the CLI takes "no such file or directory" for a missing command.

@@ -64,6 +64,10 @@ type Mount struct {
 	// the guest got a socket huskd forwards to it (sockets.go) rather
 	// than a virtio-fs share.
 	Socket bool `json:",omitempty"`
+
+	// volumeOpts and volumeLabels are --mount's volume-opt and
+	// volume-label: what a volume the create makes is made with.
+	volumeOpts, volumeLabels map[string]string
 }
 
 // shared reports whether the mount is served by virtio-fs.
@@ -256,6 +260,10 @@ func parseMountSpec(spec mount.Mount, exists func(string) bool) (Mount, error) {
 			if o.DriverConfig != nil && o.DriverConfig.Name != "" {
 				m.Driver = o.DriverConfig.Name
 			}
+			if o.DriverConfig != nil {
+				m.volumeOpts = o.DriverConfig.Options
+			}
+			m.volumeLabels = o.Labels
 			m.CopyUp = !o.NoCopy
 		}
 	case mount.TypeTmpfs:
@@ -428,7 +436,7 @@ func (m *Manager) useVolumes(ctx context.Context, id string, mounts []Mount) (er
 		if m.volumes == nil {
 			return errdefs.ErrNotImplemented.WithMessage("this daemon has no volumes")
 		}
-		v, err := m.volumes.Use(ctx, volume.CreateRequest{Name: mp.Name, Driver: mp.Driver}, id)
+		v, err := m.volumes.Use(ctx, volume.CreateRequest{Name: mp.Name, Driver: mp.Driver, DriverOpts: mp.volumeOpts, Labels: mp.volumeLabels}, id)
 		if err != nil {
 			return err
 		}
