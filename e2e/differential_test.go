@@ -317,6 +317,8 @@ func scenarios() []scenario {
 		// Names filter as regular expressions; "diffnet-pattern-x" must not match.
 		{name: "network ls name pattern", args: a("network", "ls", "--filter", "name=^diffnet-pattern$", "--filter", "name=^diffnet-patt.rn-x$", "--format", "{{.Name}}"),
 			setup: [][]string{{"network", "create", "diffnet-pattern"}}, cleanup: [][]string{{"network", "rm", "diffnet-pattern"}}},
+		{name: "run ipc bogus", args: a("run", "--rm", "--ipc", "bogus", "{img}", "true")},
+		{name: "run isolation process", args: a("run", "--rm", "--isolation", "process", "{img}", "true")},
 		{name: "network ls dangling bad value", args: a("network", "ls", "--filter", "dangling=maybe")},
 		{name: "network ls dangling twice", args: a("network", "ls", "--filter", "dangling=true", "--filter", "dangling=false")},
 		{name: "network ls type bad value", args: a("network", "ls", "--filter", "type=bogus")},
@@ -415,6 +417,8 @@ var allowed = []allowance{
 	{"version api", "stdout", "dockerd 20.10 speaks API 1.41; huskd implements 1.50", false},
 	{"run missing command", "stderr", `dockerd >= 23 prefixes "failed to create task for container: "; 20.10 does not`, false},
 	{"run bad restart policy", "stderr", `dockerd >= 25 words it "invalid restart policy: unknown policy 'sometimes'; use one of ..."; 20.10 "invalid restart policy 'sometimes'"`, false},
+	{"run ipc bogus", "stderr", `dockerd >= 23 says "invalid IPC mode: bogus"; 20.10 capitalises it`, false},
+	{"run isolation process", "stderr", `dockerd >= 23 says "invalid isolation (process): linux only supports 'default'"; 20.10 "Invalid isolation: \"process\" - linux only supports 'default'"`, false},
 	{"ps bad filter", "stderr", `dockerd >= 23 says "invalid filter 'bogus'"; 20.10 capitalises it`, false},
 	{"image inspect unknown", "stderr", `dockerd 20.10 repeats itself ("no such image: X: No such image: X"); later versions say "No such image: X"`, false},
 	{"inspect wrong type", "stderr", `dockerd 20.10 repeats itself ("no such image: X: No such image: X"); later versions say "No such image: X"`, false},

@@ -314,6 +314,12 @@ func TestRefuseSharedNamespaces(t *testing.T) {
 		{container.HostConfig{IpcMode: "host"}, "husk does not support --ipc host: every container is a VM with its own kernel"},
 		{container.HostConfig{IpcMode: "container:app"}, "husk does not support --ipc container:<name>: every container is a VM with its own kernel"},
 		{container.HostConfig{UTSMode: "host"}, "husk does not support --uts host: every container is a VM with its own kernel"},
+		{container.HostConfig{IpcMode: "bogus"}, "invalid IPC mode: bogus"},
+		{container.HostConfig{PidMode: "bogus"}, "invalid PID mode: bogus"},
+		{container.HostConfig{UTSMode: "bogus"}, "invalid UTS mode: bogus"},
+		{container.HostConfig{Isolation: "default"}, ""},
+		{container.HostConfig{Isolation: "process"}, "invalid isolation (process): linux only supports 'default'"},
+		{container.HostConfig{Isolation: "hyperv"}, "invalid isolation (hyperv): linux only supports 'default'"},
 	} {
 		err := refuseSharedNamespaces(&tc.hc)
 		if tc.wantErr == "" {

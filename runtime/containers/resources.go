@@ -264,6 +264,18 @@ func noNewPrivileges(hc *container.HostConfig) bool {
 // refusal rather than a container that silently sees only its own VM
 // (a debugging sidecar with --pid container:app would find no app).
 func refuseSharedNamespaces(hc *container.HostConfig) error {
+	// Modes dockerd does not know at all are refused first, in its
+	// words (those of 23 and later; 20.10 capitalises them).
+	switch {
+	case !hc.IpcMode.Valid():
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid IPC mode: %v", hc.IpcMode))
+	case !hc.PidMode.Valid():
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid PID mode: %v", hc.PidMode))
+	case !hc.UTSMode.Valid():
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid UTS mode: %v", hc.UTSMode))
+	case !hc.Isolation.IsDefault():
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid isolation (%s): linux only supports 'default'", hc.Isolation))
+	}
 	for _, ns := range []struct {
 		flag            string
 		host, container bool
