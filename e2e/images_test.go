@@ -103,3 +103,38 @@ func TestRemovedImageLeavesNoBaseDisk(t *testing.T) {
 		t.Errorf("base disk %s still there after rmi (stat: %v)", base, err)
 	}
 }
+
+// TestRemoveImageInUse: a forced docker rmi by ID keeps an image a
+// running container uses, or one an image was built on, as dockerd keeps
+// it ("cannot be forced"); husk used to delete both. Its own committed
+// image, so a failure takes nothing other tests need.
+func TestRemoveImageInUse(t *testing.T) {
+	requireSuite(t)
+	base := pulled(t, testimages.Busybox)
+	src, user := containerName(t, "-src"), containerName(t, "-user")
+	mustDocker(t, "run", "--name", src, base, "sh", "-c", "echo x > /marker")
+	tag := namePrefix(t) + ":v1"
+	id := strings.TrimSpace(mustDocker(t, "commit", src, tag))
+	short := strings.TrimPrefix(id, "sha256:")[:12]
+	t.Cleanup(func() { docker(t, "rmi", "-f", tag) })
+
+	mustDocker(t, "run", "-d", "--name", user, tag, "sleep", "600")
+	r := docker(t, "rmi", "-f", short)
+	if want := "conflict: unable to delete " + short + " (cannot be forced) - image is being used by running container "; r.Code != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("rmi -f of a running container's image: %+v, want %q", r, want)
+	}
+	mustDocker(t, "rm", "-f", user)
+
+	child := namePrefix(t) + "-child:v1"
+	t.Cleanup(func() { docker(t, "rmi", "-f", child) })
+	if b := dockerBuild(t, writeContext(t, map[string]string{"Dockerfile": "FROM " + tag + "\nRUN echo y > /child\n"}), "-t", child); b.Code != 0 {
+		t.Fatalf("build on the image: %+v", b)
+	}
+	r = docker(t, "rmi", "-f", short)
+	if want := "conflict: unable to delete " + short + " (cannot be forced) - image has dependent child images"; r.Code != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("rmi -f of an image another was built on: %+v, want %q", r, want)
+	}
+	if out := mustDocker(t, "run", "--rm", child, "cat", "/marker", "/child"); out != "x\ny\n" {
+		t.Errorf("the child image reads %q", out)
+	}
+}

@@ -48,8 +48,11 @@ type Options struct {
 	InsecureRegistries []string
 	// InUse lists the containers using an image, for rmi conflicts. May
 	// be nil.
-	InUse  func(imageID string) []string
-	Logger *slog.Logger
+	InUse func(imageID string) []string
+	// Running lists the running (or paused) ones among them: a conflict
+	// force does not override. May be nil.
+	Running func(imageID string) []string
+	Logger  *slog.Logger
 }
 
 // Image is a stored image as the rest of husk sees it.

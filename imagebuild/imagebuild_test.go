@@ -544,6 +544,47 @@ func TestRemoveConflicts(t *testing.T) {
 	}
 }
 
+// TestRemoveRunningConflict: an image a running container uses is not
+// deleted even by force, as dockerd refuses it: a forced removal by ID
+// says so, one by its last tag only untags it.
+func TestRemoveRunningConflict(t *testing.T) {
+	host := testRegistry(t, nil)
+	img := randomImage(t, 1)
+	push(t, host+"/r:v1", img)
+	id := configID(t, img)
+	short := strings.TrimPrefix(id, "sha256:")[:12]
+	users := []string{"0123456789abcdef0123"}
+	s, err := New(Options{Root: t.TempDir(),
+		InUse:   func(string) []string { return users },
+		Running: func(string) []string { return users },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pull(t, s, host+"/r:v1")
+	want := "conflict: unable to delete " + short + " (cannot be forced) - image is being used by running container 0123456789ab"
+	if _, err := s.Remove(ctx, short, true, false); !errdefs.IsConflict(err) || err.Error() != want {
+		t.Errorf("forced removal by ID: %v\nwant %s", err, want)
+	}
+	resp, err := s.Remove(ctx, host+"/r:v1", true, false)
+	if err != nil || len(resp) == 0 || resp[0].Untagged != host+"/r:v1" {
+		t.Errorf("forced removal of the last tag: %+v, %v; want it untagged", resp, err)
+	}
+	for _, r := range resp {
+		if r.Deleted != "" {
+			t.Errorf("forced removal of the last tag deleted %s", r.Deleted)
+		}
+	}
+	if _, err := s.Inspect(ctx, id); err != nil {
+		t.Errorf("the running container's image is gone: %v", err)
+	}
+	users = nil
+	if resp, err := s.Remove(ctx, short, false, false); err != nil || resp[0].Deleted != id {
+		t.Errorf("removal once no container uses it: %+v, %v", resp, err)
+	}
+}
+
 func TestListFilters(t *testing.T) {
 	host := testRegistry(t, nil)
 	a, b := randomImage(t, 1), randomImage(t, 1)

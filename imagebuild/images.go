@@ -318,9 +318,9 @@ func (s *Service) Tag(ctx context.Context, source, repo, tag string) error {
 }
 
 // Remove is DELETE /images/{name}, following dockerd's untag-then-delete
-// rules. Containers reported by Options.InUse count as stopped containers
-// (a soft conflict that force overrides): husk's runtime keeps no separate
-// "running" hard conflict here.
+// rules: dependent child images and running containers are conflicts
+// force does not override, other references and stopped containers
+// (InUse's users that Running does not list) ones it does.
 func (s *Service) Remove(ctx context.Context, ref string, force, prune bool) ([]image.DeleteResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -379,6 +379,9 @@ func (s *Service) Remove(ctx context.Context, ref string, force, prune bool) ([]
 		}
 		quiet = true
 	} else if isSingleReference(repoRefs) {
+		if err := s.hardConflictLocked(id); err != nil {
+			return nil, err
+		}
 		if !force && len(users) > 0 {
 			return nil, deleteConflict(id, "image is being used by stopped container "+shortID(users[0]))
 		}
@@ -388,21 +391,21 @@ func (s *Service) Remove(ctx context.Context, ref string, force, prune bool) ([]
 		}
 	}
 
-	if !force {
-		var conflict error
+	conflict := s.hardConflictLocked(id)
+	if conflict == nil && !force {
 		switch {
 		case len(s.sortedRefsLocked(id)) > 0:
 			conflict = deleteConflict(id, "image is referenced in multiple repositories")
 		case len(users) > 0:
 			conflict = deleteConflict(id, "image is being used by stopped container "+shortID(users[0]))
 		}
-		if conflict != nil {
-			// After an untag dockerd keeps a still-used image quietly.
-			if quiet {
-				return records, s.saveRefsLocked()
-			}
-			return nil, conflict
+	}
+	if conflict != nil {
+		// After an untag dockerd keeps a still-used image quietly.
+		if quiet {
+			return records, s.saveRefsLocked()
 		}
+		return nil, conflict
 	}
 
 	for _, rr := range s.sortedRefsLocked(id) {
@@ -428,6 +431,23 @@ func (s *Service) Remove(ctx context.Context, ref string, force, prune bool) ([]
 
 func deleteConflict(id, msg string) error {
 	return errdefs.ErrConflict.WithMessage(fmt.Sprintf("conflict: unable to delete %s (must be forced) - %s", shortID(id), msg))
+}
+
+// hardConflictLocked is what keeps image id even from a forced removal,
+// in dockerd's order: images built on it, then a running container.
+func (s *Service) hardConflictLocked(id string) error {
+	hard := func(msg string) error {
+		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("conflict: unable to delete %s (cannot be forced) - %s", shortID(id), msg))
+	}
+	if s.parentsLocked()[id] {
+		return hard("image has dependent child images")
+	}
+	if s.opts.Running != nil {
+		if running := s.opts.Running(id); len(running) > 0 {
+			return hard("image is being used by running container " + shortID(running[0]))
+		}
+	}
+	return nil
 }
 
 // releaseLayersLocked deletes the blobs of a removed image that no other

@@ -139,8 +139,9 @@ func run(parent context.Context, cfg Config) error {
 	bus := huskevents.New(huskevents.DefaultHistory)
 	images, err := imagebuild.New(imagebuild.Options{
 		Root: filepath.Join(cfg.Root, "images"), InsecureRegistries: cfg.InsecureRegistries,
-		InUse:  func(id string) []string { return mgr.InUse(id) },
-		Logger: logger,
+		InUse:   func(id string) []string { return mgr.InUse(id) },
+		Running: func(id string) []string { return mgr.Running(id) },
+		Logger:  logger,
 	})
 	if err != nil {
 		return fmt.Errorf("open image store: %w", err)

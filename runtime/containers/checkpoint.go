@@ -374,7 +374,7 @@ func (c *ctr) startFrom(ctx context.Context, ref string, ck *checkpoints.Checkpo
 		}
 		return fmt.Errorf("restore %s from checkpoint %s: %w", ref, ck.Manifest.Name, err)
 	}
-	c.run = r
+	c.setRun(r)
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
 		StartedAt: time.Now().UTC().Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,

@@ -51,9 +51,13 @@ type ctr struct {
 	// imageID is rec.ImageID, which never changes: read without mu.
 	imageID string
 
+	// live mirrors run != nil for the image store, which asks, holding
+	// its own lock, whether a container runs and so may not take mu.
+	live atomic.Bool
+
 	mu      sync.Mutex
 	rec     Record
-	run     *run // non-nil from start until the VM is gone
+	run     *run // non-nil from start until the VM is gone; set by setRun
 	waiters []waiter
 	removed bool
 	// busy is set while a VM of a stopped container does maintenance
@@ -64,6 +68,13 @@ type ctr struct {
 	restart restartState
 	// health runs the container's health probes while it runs (health.go).
 	health *healthMonitor
+}
+
+// setRun records the container's current boot (nil: none). Callers hold
+// c.mu.
+func (c *ctr) setRun(r *run) {
+	c.run = r
+	c.live.Store(r != nil)
 }
 
 // run is one boot of a container's VM.
@@ -164,7 +175,7 @@ func (c *ctr) start(ctx context.Context, ref string) (attempted bool, err error)
 		c.recordStartFailure(err)
 		return true, startError(err)
 	}
-	c.run = r
+	c.setRun(r)
 	if cs := c.rec.HostConfig.CpusetCpus; cs != "" {
 		if err := pinVMM(r.machine.PID(), cs); err != nil {
 			m.log.Warn("pin the VM to its cpuset", "id", c.rec.ID[:12], "cpuset", cs, "err", err)
@@ -444,7 +455,7 @@ func (c *ctr) monitor(r *run) {
 	} else if r.checkpointed.Load() {
 		c.dropCheckpointExitNote()
 	}
-	c.run = nil
+	c.setRun(nil)
 	// Only now do docker logs -f end: the container is recorded exited.
 	c.log.EndRun()
 	c.notifyExit(code, errMsg)
@@ -1083,7 +1094,7 @@ func (c *ctr) reattach(ctx context.Context) error {
 			c.m.log.Warn("reopen stdin", "id", c.rec.ID[:12], "err", err)
 		}
 	}
-	c.run = r
+	c.setRun(r)
 	c.startHealthLocked()
 	c.hub.started(r.stdin)
 	go c.monitor(r)

@@ -237,6 +237,21 @@ func (m *Manager) InUse(imageID string) []string {
 	return ids
 }
 
+// Running lists the running (or paused) containers that use imageID, for
+// image removal. Like InUse it takes no container's lock.
+func (m *Manager) Running(imageID string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ids []string
+	for id, c := range m.byID {
+		if c != nil && c.imageID == imageID && c.live.Load() {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 // all is every container, as a list taken under m.mu that the caller
 // may go through taking each one's lock.
 func (m *Manager) all() []*ctr {
