@@ -305,4 +305,9 @@ func TestInfoPlugins(t *testing.T) {
 			}
 		}
 	}
+	// RegistryConfig too: templates and SDKs read it (it was null).
+	tmpl := `{{(index .RegistryConfig.IndexConfigs "docker.io").Secure}} {{range .RegistryConfig.InsecureRegistryCIDRs}}{{.}} {{end}}`
+	if out := mustDocker(t, "info", "-f", tmpl); !strings.HasPrefix(out, "true ") || !strings.Contains(out, "127.0.0.0/8") {
+		t.Errorf("docker info RegistryConfig: %q, want Docker Hub's index secure and loopback insecure", out)
+	}
 }

@@ -4,13 +4,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/moby/moby/api/types/image"
+	"github.com/moby/moby/api/types/registry"
 	"github.com/moby/moby/api/types/system"
 	"golang.org/x/sys/unix"
 
@@ -132,7 +135,32 @@ func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
 		IndexServerAddress: "https://index.docker.io/v1/",
 		InitBinary:         "husk-agent",
 		SecurityOptions:    []string{"name=microvm"},
+		Labels:             []string{},
+		RegistryConfig:     registryConfig(s.cfg.InsecureRegistries),
 	}, nil
+}
+
+// registryConfig is docker info's RegistryConfig as dockerd builds it
+// from --insecure-registry: CIDRs (loopback always) and, beside Docker
+// Hub's index, one insecure index per registry named.
+func registryConfig(insecure []string) *registry.ServiceConfig {
+	cfg := &registry.ServiceConfig{
+		InsecureRegistryCIDRs: []netip.Prefix{netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("127.0.0.0/8")},
+		IndexConfigs: map[string]*registry.IndexInfo{
+			"docker.io": {Name: "docker.io", Mirrors: []string{}, Secure: true, Official: true},
+		},
+		Mirrors: []string{},
+	}
+	for _, r := range insecure {
+		if p, err := netip.ParsePrefix(r); err == nil {
+			if !slices.Contains(cfg.InsecureRegistryCIDRs, p.Masked()) {
+				cfg.InsecureRegistryCIDRs = append(cfg.InsecureRegistryCIDRs, p.Masked())
+			}
+			continue
+		}
+		cfg.IndexConfigs[r] = &registry.IndexInfo{Name: r, Mirrors: []string{}, Secure: false}
+	}
+	return cfg
 }
 
 func (s *systemInfo) Version(ctx context.Context) (system.VersionResponse, error) {
