@@ -120,7 +120,8 @@ func checkResourceRanges(r container.Resources, update bool) error {
 }
 
 // createWarnings are the warnings dockerd gives at create for flags that
-// do nothing: the guest has no blkio cgroup for the container, and an OOM
+// do nothing: the guest has no blkio cgroup for the container (no weight,
+// no throttling: dockerd on such a host says so for each), and an OOM
 // killer disabled without a memory limit protects nothing.
 func createWarnings(hc *container.HostConfig) []string {
 	warnings := []string{}
@@ -132,6 +133,18 @@ func createWarnings(hc *container.HostConfig) []string {
 	}
 	if len(hc.BlkioWeightDevice) > 0 {
 		warnings = append(warnings, "Your kernel does not support Block I/O weight_device or the cgroup is not mounted. Weight-device discarded.")
+	}
+	if len(hc.BlkioDeviceReadBps) > 0 {
+		warnings = append(warnings, "Your kernel does not support BPS Block I/O read limit or the cgroup is not mounted. Block I/O BPS read limit discarded.")
+	}
+	if len(hc.BlkioDeviceWriteBps) > 0 {
+		warnings = append(warnings, "Your kernel does not support BPS Block I/O write limit or the cgroup is not mounted. Block I/O BPS write limit discarded.")
+	}
+	if len(hc.BlkioDeviceReadIOps) > 0 {
+		warnings = append(warnings, "Your kernel does not support IOPS Block read limit or the cgroup is not mounted. Block I/O IOPS read limit discarded.")
+	}
+	if len(hc.BlkioDeviceWriteIOps) > 0 {
+		warnings = append(warnings, "Your kernel does not support IOPS Block write limit or the cgroup is not mounted. Block I/O IOPS write limit discarded.")
 	}
 	return warnings
 }

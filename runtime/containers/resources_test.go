@@ -104,6 +104,14 @@ func TestCreateWarnings(t *testing.T) {
 		{container.HostConfig{Resources: container.Resources{BlkioWeight: 300, BlkioWeightDevice: []*blkiodev.WeightDevice{{Path: "/dev/null", Weight: 100}}}},
 			[]string{"Your kernel does not support Block I/O weight or the cgroup is not mounted. Weight discarded.",
 				"Your kernel does not support Block I/O weight_device or the cgroup is not mounted. Weight-device discarded."}},
+		{container.HostConfig{Resources: container.Resources{
+			BlkioDeviceReadBps: []*blkiodev.ThrottleDevice{{Path: "/dev/sda", Rate: 1 << 20}}, BlkioDeviceWriteBps: []*blkiodev.ThrottleDevice{{Path: "/dev/sda", Rate: 1 << 20}},
+			BlkioDeviceReadIOps: []*blkiodev.ThrottleDevice{{Path: "/dev/sda", Rate: 100}}, BlkioDeviceWriteIOps: []*blkiodev.ThrottleDevice{{Path: "/dev/sda", Rate: 100}},
+		}}, []string{
+			"Your kernel does not support BPS Block I/O read limit or the cgroup is not mounted. Block I/O BPS read limit discarded.",
+			"Your kernel does not support BPS Block I/O write limit or the cgroup is not mounted. Block I/O BPS write limit discarded.",
+			"Your kernel does not support IOPS Block read limit or the cgroup is not mounted. Block I/O IOPS read limit discarded.",
+			"Your kernel does not support IOPS Block write limit or the cgroup is not mounted. Block I/O IOPS write limit discarded."}},
 	} {
 		if got := createWarnings(&tt.hc); !slices.Equal(got, tt.want) || got == nil {
 			t.Errorf("%+v: warnings %q, want %q", tt.hc.Resources, got, tt.want)
