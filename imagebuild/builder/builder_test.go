@@ -473,3 +473,34 @@ func TestAddExtractsLocalArchive(t *testing.T) {
 		t.Errorf("scratch image env = %v, want the default PATH", env)
 	}
 }
+
+// TestCopyFromKeepsOwners: COPY --from without --chown keeps the owners
+// files have in their stage, as dockerd's classic builder does; the
+// directories the copy makes are root's, and --chown still overrides.
+func TestCopyFromKeepsOwners(t *testing.T) {
+	f := newFixture(t)
+	runLayer := makeTar(t,
+		file{name: "src/", typ: tar.TypeDir, uid: 1000, gid: 50},
+		file{name: "src/own", body: "o\n", uid: 1000, gid: 50},
+		file{name: "src/root", body: "r\n"},
+	)
+	f.vms.next = func() *fakeVM { return &fakeVM{t: t, layers: [][]byte{runLayer}} }
+	out, id, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: "FROM scratch AS build\nRUN make\n" +
+		"FROM scratch\nCOPY --from=build /src/ /out/\nCOPY --from=build /src/own /deep/dir/own\nCOPY --from=build --chown=7:8 /src/own /chowned\n"})
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	files := f.files(id)
+	for name, want := range map[string]string{
+		"out":          "0:0 755 dir",
+		"out/own":      "1000:50 644 o\n",
+		"out/root":     "0:0 644 r\n",
+		"deep/dir":     "0:0 755 dir",
+		"deep/dir/own": "1000:50 644 o\n",
+		"chowned":      "7:8 644 o\n",
+	} {
+		if files[name] != want {
+			t.Errorf("%s = %q, want %q", name, files[name], want)
+		}
+	}
+}

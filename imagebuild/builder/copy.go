@@ -81,6 +81,11 @@ func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error 
 	if err != nil {
 		return err
 	}
+	if !isContext && req.chown == "" {
+		// COPY --from keeps the owners the files have in their stage or
+		// image, as dockerd's classic builder does (preserveOwnership).
+		uid, gid = keepOwner, keepOwner
+	}
 	var mode *os.FileMode
 	if req.chmod != "" {
 		m, err := strconv.ParseUint(req.chmod, 8, 32)
@@ -370,12 +375,19 @@ func (lw *layerWriter) isDir(rel string) bool {
 	return lw.made[rel] || lw.fs.isDir(rel)
 }
 
+// keepOwner as a copy's uid and gid keeps each entry's own owner; the
+// directories the copy makes are root's then.
+const keepOwner = -1
+
 // mkdirAll writes entries for the missing directories of rel (itself
 // included), owned by uid:gid with mode 0755, as dockerd's copier creates
 // them.
 func (lw *layerWriter) mkdirAll(rel string, uid, gid int) error {
 	if rel == "" || lw.isDir(rel) {
 		return nil
+	}
+	if uid == keepOwner {
+		uid, gid = 0, 0
 	}
 	if err := lw.mkdirAll(parentOf(rel), uid, gid); err != nil {
 		return err
@@ -437,6 +449,12 @@ func (lw *layerWriter) entry(tree *tarIndex, src string, e *tarEntry, name strin
 		return err
 	}
 	hdr := &tar.Header{Name: name, Uid: uid, Gid: gid, Format: tar.FormatPAX}
+	if uid == keepOwner {
+		hdr.Uid, hdr.Gid = 0, 0
+		if e != nil {
+			hdr.Uid, hdr.Gid = e.hdr.Uid, e.hdr.Gid
+		}
+	}
 	var content io.Reader
 	if e == nil {
 		hdr.Typeflag, hdr.Mode, hdr.ModTime = tar.TypeDir, 0o755, lw.dirTime
