@@ -24,6 +24,7 @@ type file struct {
 	typ              byte
 	mode             int64
 	uid, gid         int
+	mtime            int64 // Unix seconds; 0 is 1700000000
 }
 
 func makeTar(t *testing.T, files ...file) []byte {
@@ -42,8 +43,12 @@ func makeTar(t *testing.T, files ...file) []byte {
 				mode = 0o755
 			}
 		}
+		mtime := f.mtime
+		if mtime == 0 {
+			mtime = 1700000000
+		}
 		hdr := &tar.Header{Name: f.name, Typeflag: typ, Mode: mode, Uid: f.uid, Gid: f.gid, Linkname: f.link,
-			Size: int64(len(f.body)), ModTime: time.Unix(1700000000, 0)}
+			Size: int64(len(f.body)), ModTime: time.Unix(mtime, 0)}
 		if typ != tar.TypeReg {
 			hdr.Size = 0
 		}
@@ -501,6 +506,35 @@ func TestCopyFromKeepsOwners(t *testing.T) {
 	} {
 		if files[name] != want {
 			t.Errorf("%s = %q, want %q", name, files[name], want)
+		}
+	}
+}
+
+// TestCopyCacheIgnoresMtime: a COPY of the same files with other mtimes
+// (a fresh checkout, a touch) comes from the cache, as in dockerd's
+// classic builder; other contents or modes do not.
+func TestCopyCacheIgnoresMtime(t *testing.T) {
+	f := newFixture(t)
+	dockerfile := file{name: "Dockerfile", body: "FROM scratch\nCOPY a /a\n"}
+	_, first, err := f.build(BuildOptions{}, dockerfile, file{name: "a", body: "a\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what   string
+		a      file
+		cached bool
+	}{
+		{"touched", file{name: "a", body: "a\n", mtime: 1800000000}, true},
+		{"changed", file{name: "a", body: "b\n", mtime: 1800000000}, false},
+		{"chmodded", file{name: "a", body: "a\n", mode: 0o600}, false},
+	} {
+		out, id, err := f.build(BuildOptions{}, dockerfile, tc.a)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		if cached := strings.Contains(out, " ---> Using cache\n"); cached != tc.cached || cached && id != first {
+			t.Errorf("%s: from the cache %v (image %s, first %s), want %v:\n%s", tc.what, cached, id, first, tc.cached, out)
 		}
 	}
 }

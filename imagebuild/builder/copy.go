@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path"
@@ -123,7 +124,7 @@ func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error 
 	if req.chown != "" {
 		chownComment = "--chown=" + req.chown
 	}
-	comment := fmt.Sprintf("%s %s%s:%s in %s ", req.name, chownComment, kind, strings.TrimPrefix(spool.diffID, "sha256:"), dest)
+	comment := fmt.Sprintf("%s %s%s:%s in %s ", req.name, chownComment, kind, spool.key, dest)
 	return bd.runStep(ctx, st, nopComment(st, comment, true), false, func(ctx context.Context) (*imagebuild.LayerInfo, error) {
 		if spool.diffID == emptyTarDiffID {
 			return nil, nil
@@ -303,6 +304,30 @@ func (bd *build) chownIDs(ctx context.Context, st *stage, chown string) (int, in
 type spooledLayer struct {
 	f      *os.File
 	diffID string
+	// key digests the layer's entries without their times: what a COPY
+	// or ADD is cached by (cacheKeyTar).
+	key string
+}
+
+// cacheKeyTar writes a tar and digests, beside it, every header but its
+// times and every byte of content. dockerd's classic builder caches a
+// COPY or ADD by its sources' contents and metadata, not their mtimes,
+// so a fresh checkout of the same files hits the cache; the layer's own
+// digest would change with every touch.
+type cacheKeyTar struct {
+	*tar.Writer
+	key hash.Hash
+}
+
+func (k *cacheKeyTar) WriteHeader(h *tar.Header) error {
+	fmt.Fprintf(k.key, "%q %c %o %d:%d %d %q %d:%d\n", h.Name, h.Typeflag, h.Mode, h.Uid, h.Gid, h.Size, h.Linkname, h.Devmajor, h.Devminor)
+	return k.Writer.WriteHeader(h)
+}
+
+func (k *cacheKeyTar) Write(p []byte) (int, error) {
+	n, err := k.Writer.Write(p)
+	k.key.Write(p[:n])
+	return n, err
 }
 
 func (s *spooledLayer) Close() error { return s.f.Close() }
@@ -322,7 +347,8 @@ func (bd *build) spoolLayer(ctx context.Context, fs *fsIndex, dirTime time.Time,
 	}()
 	h := sha256.New()
 	bw := bufio.NewWriter(io.MultiWriter(f, h))
-	lw := &layerWriter{ctx: ctx, tw: tar.NewWriter(bw), fs: fs, made: map[string]bool{}, names: map[string]string{}, dirTime: dirTime}
+	tw := &cacheKeyTar{Writer: tar.NewWriter(bw), key: sha256.New()}
+	lw := &layerWriter{ctx: ctx, tw: tw, fs: fs, made: map[string]bool{}, names: map[string]string{}, dirTime: dirTime}
 	if err := fill(lw); err != nil {
 		return nil, err
 	}
@@ -332,7 +358,7 @@ func (bd *build) spoolLayer(ctx context.Context, fs *fsIndex, dirTime time.Time,
 	if err := bw.Flush(); err != nil {
 		return nil, fmt.Errorf("write layer spool: %w", err)
 	}
-	return &spooledLayer{f: f, diffID: "sha256:" + hex.EncodeToString(h.Sum(nil))}, nil
+	return &spooledLayer{f: f, diffID: "sha256:" + hex.EncodeToString(h.Sum(nil)), key: hex.EncodeToString(tw.key.Sum(nil))}, nil
 }
 
 // makeLayer writes a layer with fill and stores it; an empty layer is
@@ -357,7 +383,7 @@ func (bd *build) makeLayer(ctx context.Context, fs *fsIndex, fill func(*layerWri
 // and mode stay), missing ones are created.
 type layerWriter struct {
 	ctx     context.Context
-	tw      *tar.Writer
+	tw      *cacheKeyTar
 	fs      *fsIndex
 	made    map[string]bool   // directories this layer writes
 	names   map[string]string // source path → name in the layer, for hard links
