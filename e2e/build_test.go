@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/husk-vm/husk/e2e/testimages"
 )
@@ -252,5 +253,30 @@ func TestBuildErrorsAsDockerd(t *testing.T) {
 	r = dockerBuild(t, writeContext(t, map[string]string{"Dockerfile": "FROM " + base + "\nUSER nosuch\nRUN id\n"}))
 	if r.Code != 1 || !strings.HasSuffix(r.Stderr, "\nunable to find user nosuch: no matching entries in passwd file\n") {
 		t.Errorf("a RUN as an unknown user: %+v", r)
+	}
+}
+
+// TestBuildCacheIgnoresMtimes: rebuilding after the sources were touched
+// (as a fresh checkout does) takes every step from the cache, as dockerd's
+// classic builder does, the COPY and the RUN after it included.
+func TestBuildCacheIgnoresMtimes(t *testing.T) {
+	requireSuite(t)
+	base := pulled(t, testimages.Busybox)
+	dir := writeContext(t, map[string]string{
+		"Dockerfile": "FROM " + base + "\nCOPY src /src\nRUN cp /src /built-" + namePrefix(t) + "\n",
+		"src":        "source\n",
+	})
+	tag := namePrefix(t) + ":v1"
+	t.Cleanup(func() { docker(t, "rmi", "-f", tag) })
+	if r := dockerBuild(t, dir, "-t", tag); r.Code != 0 {
+		t.Fatalf("build: %+v", r)
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "src"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	r := dockerBuild(t, dir, "-t", tag)
+	if r.Code != 0 || strings.Count(r.Stdout, " ---> Using cache\n") != 2 || strings.Contains(r.Stdout, "Running in") {
+		t.Errorf("rebuild after a touch: %+v, want the COPY and the RUN from the cache", r)
 	}
 }
