@@ -225,26 +225,21 @@ func (m *Manager) newCtr(dir string, rec Record) (*ctr, error) {
 // listing). The image store calls it holding its own lock, so it takes no
 // container's lock (Manager.mu).
 func (m *Manager) InUse(imageID string) []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var ids []string
-	for id, c := range m.byID {
-		if c != nil && c.imageID == imageID {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	return ids
+	return m.usersOf(imageID, false)
 }
 
 // Running lists the running (or paused) containers that use imageID, for
 // image removal. Like InUse it takes no container's lock.
 func (m *Manager) Running(imageID string) []string {
+	return m.usersOf(imageID, true)
+}
+
+func (m *Manager) usersOf(imageID string, runningOnly bool) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var ids []string
 	for id, c := range m.byID {
-		if c != nil && c.imageID == imageID && c.live.Load() {
+		if c != nil && c.imageID == imageID && (!runningOnly || c.live.Load()) {
 			ids = append(ids, id)
 		}
 	}
