@@ -333,6 +333,9 @@ func (s *Service) Remove(ctx context.Context, ref string, force, prune bool) ([]
 	if s.opts.InUse != nil {
 		users = s.opts.InUse(id)
 	}
+	// What keeps the image even from a forced removal does not change
+	// with the untagging below.
+	hard := s.hardConflictLocked(id)
 	records := []image.DeleteResponse{}
 	repoRefs := s.sortedRefsLocked(id)
 	quiet := false
@@ -379,8 +382,8 @@ func (s *Service) Remove(ctx context.Context, ref string, force, prune bool) ([]
 		}
 		quiet = true
 	} else if isSingleReference(repoRefs) {
-		if err := s.hardConflictLocked(id); err != nil {
-			return nil, err
+		if hard != nil {
+			return nil, hard
 		}
 		if !force && len(users) > 0 {
 			return nil, deleteConflict(id, "image is being used by stopped container "+shortID(users[0]))
@@ -391,7 +394,7 @@ func (s *Service) Remove(ctx context.Context, ref string, force, prune bool) ([]
 		}
 	}
 
-	conflict := s.hardConflictLocked(id)
+	conflict := hard
 	if conflict == nil && !force {
 		switch {
 		case len(s.sortedRefsLocked(id)) > 0:
