@@ -38,7 +38,7 @@ var namespacedSysctls = []string{
 
 // validateResources refuses at create what dockerd (or runc, at start)
 // refuses, in their words, and puts the rest in the form dockerd stores:
-// capability names as CAP_X, /dev/shm's default size.
+// capability names as CAP_X, its defaults filled in (adaptContainerSettings).
 func validateResources(hc *container.HostConfig) error {
 	if err := validateCpuset(hc.CpusetCpus); err != nil {
 		return err
@@ -56,6 +56,7 @@ func validateResources(hc *container.HostConfig) error {
 	if hc.ShmSize == 0 {
 		hc.ShmSize = defaultShmSize
 	}
+	setDefaults(hc)
 	for k := range hc.Sysctls {
 		if !strings.HasPrefix(k, "net.") && !strings.HasPrefix(k, "fs.mqueue.") && !slices.Contains(namespacedSysctls, k) {
 			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("sysctl %q is not in a separate kernel namespace", k))
@@ -90,6 +91,30 @@ func validateResources(hc *container.HostConfig) error {
 		hc.PidsLimit = nil
 	}
 	return nil
+}
+
+// setDefaults fills in what dockerd stores for settings a create left
+// out, which inspect shows and a later docker update starts from (an
+// update of --memory alone is checked against the swap limit). The
+// cgroup namespace is "private" whatever the host's cgroup version, as
+// dockerd has it on cgroup v2: the container's cgroups are its guest's.
+func setDefaults(hc *container.HostConfig) {
+	if hc.Memory > 0 && hc.MemorySwap == 0 {
+		hc.MemorySwap = 2 * hc.Memory
+	}
+	// -1 is the CLI's "not given".
+	if hc.MemorySwappiness != nil && *hc.MemorySwappiness == -1 {
+		hc.MemorySwappiness = nil
+	}
+	if hc.IpcMode.IsEmpty() {
+		hc.IpcMode = container.IPCModePrivate
+	}
+	if hc.CgroupnsMode.IsEmpty() {
+		hc.CgroupnsMode = container.CgroupnsModePrivate
+	}
+	if hc.OomKillDisable == nil {
+		hc.OomKillDisable = new(bool)
+	}
 }
 
 // checkResourceRanges refuses, in dockerd's words and order, limits that

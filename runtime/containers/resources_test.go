@@ -91,6 +91,28 @@ func TestValidateResources(t *testing.T) {
 	}
 }
 
+func TestCreateDefaults(t *testing.T) {
+	notGiven := int64(-1)
+	hc := container.HostConfig{Resources: container.Resources{Memory: 64 << 20, MemorySwappiness: &notGiven}}
+	if err := validateResources(&hc); err != nil {
+		t.Fatal(err)
+	}
+	if hc.MemorySwap != 128<<20 || hc.MemorySwappiness != nil || hc.IpcMode != "private" || hc.CgroupnsMode != "private" ||
+		hc.OomKillDisable == nil || *hc.OomKillDisable {
+		t.Errorf("defaults: MemorySwap %d, MemorySwappiness %v, IpcMode %q, CgroupnsMode %q, OomKillDisable %v",
+			hc.MemorySwap, hc.MemorySwappiness, hc.IpcMode, hc.CgroupnsMode, hc.OomKillDisable)
+	}
+	ten, yes := int64(10), true
+	given := container.HostConfig{IpcMode: "shareable", CgroupnsMode: "host",
+		Resources: container.Resources{Memory: 64 << 20, MemorySwap: -1, MemorySwappiness: &ten, OomKillDisable: &yes}}
+	if err := validateResources(&given); err != nil {
+		t.Fatal(err)
+	}
+	if given.MemorySwap != -1 || *given.MemorySwappiness != 10 || given.IpcMode != "shareable" || given.CgroupnsMode != "host" || !*given.OomKillDisable {
+		t.Errorf("given settings changed: %+v", given)
+	}
+}
+
 func TestCreateWarnings(t *testing.T) {
 	disable := true
 	for _, tt := range []struct {
