@@ -70,6 +70,7 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 		Quiet:       boolValue(r, "q"),
 		ForceRemove: boolValue(r, "forcerm"),
 		Platform:    r.Form.Get("platform"),
+		Network:     builder.SandboxNetwork{Mode: r.Form.Get("networkmode"), ExtraHosts: r.Form["extrahosts"]},
 	}
 	// As dockerd: forcerm implies rm, and rm defaults to true.
 	opts.Remove = opts.ForceRemove || boolValueOrDefault(r, "rm", true)

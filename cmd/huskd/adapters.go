@@ -219,8 +219,8 @@ func osName() string {
 // buildSandboxes lets the Dockerfile builder boot build VMs.
 type buildSandboxes struct{ vms *containers.BuildVMs }
 
-func (b buildSandboxes) NewSandbox(ctx context.Context, baseImageID string) (builder.Sandbox, error) {
-	vm, err := b.vms.Start(ctx, baseImageID)
+func (b buildSandboxes) NewSandbox(ctx context.Context, baseImageID string, net builder.SandboxNetwork) (builder.Sandbox, error) {
+	vm, err := b.vms.Start(ctx, baseImageID, containers.BuildNetwork{Mode: net.Mode, ExtraHosts: net.ExtraHosts})
 	if err != nil {
 		return nil, err
 	}

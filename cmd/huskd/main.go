@@ -184,7 +184,7 @@ func run(parent context.Context, cfg Config) error {
 
 	buildVMs, err := containers.NewBuildVMs(ctx, containers.BuildVMOptions{
 		Root: filepath.Join(cfg.Root, "builds", "vms"), Images: imageSource{images},
-		Disks: disks, Guest: guest, Logger: logger,
+		Disks: disks, Guest: guest, Network: nets, Logger: logger,
 	})
 	if err != nil {
 		return err

@@ -72,8 +72,18 @@ type Images interface {
 // Sandboxes boots the VMs RUN steps execute in.
 type Sandboxes interface {
 	// NewSandbox boots a VM whose root is the filesystem of the image
-	// baseImageID ("" for an empty one).
-	NewSandbox(ctx context.Context, baseImageID string) (Sandbox, error)
+	// baseImageID ("" for an empty one), connected as net says.
+	NewSandbox(ctx context.Context, baseImageID string, net SandboxNetwork) (Sandbox, error)
+}
+
+// SandboxNetwork is how RUN steps reach the network: docker build's
+// --network and --add-host.
+type SandboxNetwork struct {
+	// Mode is "" or "default" (the default bridge), "none", or a
+	// network's name or ID.
+	Mode string
+	// ExtraHosts are "name:ip" entries for /etc/hosts.
+	ExtraHosts []string
 }
 
 // Sandbox is one build VM. Its methods are called one at a time.
@@ -159,6 +169,8 @@ type BuildOptions struct {
 	Remove, ForceRemove bool
 	Labels              map[string]string
 	Platform            string
+	// Network is where RUN steps are connected.
+	Network SandboxNetwork
 	// Auth holds registry credentials by registry host, as in
 	// X-Registry-Config.
 	Auth map[string]registry.AuthConfig

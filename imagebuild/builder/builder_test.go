@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -114,13 +115,15 @@ func (f *fakeVM) Close(ctx context.Context) error { f.closed = true; return nil 
 type fakeSandboxes struct {
 	vms   []*fakeVM
 	bases []string
+	nets  []SandboxNetwork
 	next  func() *fakeVM
 }
 
-func (f *fakeSandboxes) NewSandbox(ctx context.Context, base string) (Sandbox, error) {
+func (f *fakeSandboxes) NewSandbox(ctx context.Context, base string, net SandboxNetwork) (Sandbox, error) {
 	vm := f.next()
 	f.vms = append(f.vms, vm)
 	f.bases = append(f.bases, base)
+	f.nets = append(f.nets, net)
 	return vm, nil
 }
 
@@ -423,6 +426,23 @@ func TestFailingRun(t *testing.T) {
 	}
 	if !f.vms.vms[0].closed {
 		t.Error("the VM of the failed build was not closed")
+	}
+}
+
+func TestRunNetwork(t *testing.T) {
+	f := newFixture(t)
+	want := SandboxNetwork{Mode: "mynet", ExtraHosts: []string{"foo:1.2.3.4"}}
+	_, _, err := f.build(BuildOptions{Network: want}, file{name: "Dockerfile", body: "FROM base\nRUN true\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.vms.nets) != 1 {
+		t.Fatalf("%d build VMs, want one", len(f.vms.nets))
+	}
+	for i, got := range f.vms.nets {
+		if got.Mode != want.Mode || !slices.Equal(got.ExtraHosts, want.ExtraHosts) {
+			t.Errorf("build VM %d connected as %+v, want %+v", i, got, want)
+		}
 	}
 }
 

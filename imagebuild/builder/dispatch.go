@@ -394,7 +394,12 @@ func (bd *build) sandbox(ctx context.Context, st *stage) (Sandbox, error) {
 		if bd.b.opts.Sandboxes == nil {
 			return nil, errdefs.ErrNotImplemented.WithMessage("RUN is not available: the daemon has no build VMs")
 		}
-		vm, err := bd.b.opts.Sandboxes.NewSandbox(ctx, st.vmBase)
+		vm, err := bd.b.opts.Sandboxes.NewSandbox(ctx, st.vmBase, bd.opts.Network)
+		if errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) {
+			// The build's own settings (a network that does not exist):
+			// in dockerd's words, as it fails to create the container.
+			return nil, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("boot build VM: %w", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/husk-vm/husk/rootfs"
+	husknet "github.com/husk-vm/husk/runtime/network"
 	"github.com/husk-vm/husk/runtime/vmm"
 	"github.com/husk-vm/husk/shim/host"
 	"github.com/husk-vm/husk/shim/proto"
@@ -29,7 +30,20 @@ type BuildVMOptions struct {
 	Images Images
 	Disks  Disks
 	Guest  Guest
-	Logger *slog.Logger
+	// Network connects build VMs as dockerd connects its build
+	// containers; nil boots them with loopback only.
+	Network Network
+	Logger  *slog.Logger
+}
+
+// BuildNetwork is how a build VM's RUN steps reach the network: docker
+// build's --network and --add-host.
+type BuildNetwork struct {
+	// Mode is "" or "default" (the default bridge), "none", or a
+	// network's name or ID.
+	Mode string
+	// ExtraHosts are --add-host entries, "name:ip".
+	ExtraHosts []string
 }
 
 // BuildVMs boots the VMs that Dockerfile RUN steps execute in. A build VM
@@ -80,8 +94,10 @@ var emptyBaseID = func() string {
 // BuildVM is one running build VM. Its methods must not be called
 // concurrently.
 type BuildVM struct {
-	vms     *BuildVMs
-	id      string
+	vms *BuildVMs
+	id  string
+	// fullID names the VM's network attachment.
+	fullID  string
 	dir     string
 	machine vmm.Machine
 	client  *host.Client
@@ -92,8 +108,8 @@ type BuildVM struct {
 }
 
 // Start boots a build VM whose root is the filesystem of image
-// baseImageID, or empty when baseImageID is "".
-func (b *BuildVMs) Start(ctx context.Context, baseImageID string) (_ *BuildVM, err error) {
+// baseImageID, or empty when baseImageID is "", connected as net says.
+func (b *BuildVMs) Start(ctx context.Context, baseImageID string, net BuildNetwork) (_ *BuildVM, err error) {
 	var base string
 	if baseImageID == "" {
 		base, err = b.opts.Disks.EnsureBase(ctx, emptyBaseID, nil)
@@ -126,19 +142,56 @@ func (b *BuildVMs) Start(ctx context.Context, baseImageID string) (_ *BuildVM, e
 		return nil, fmt.Errorf("create build VM disk: %w", err)
 	}
 	short := id[:12]
+	setup := proto.SetupSpec{Hostname: short, BaseSerial: baseSerial, UpperSerial: upperSerial, Hosts: hostsFile(short)}
+	var nets []vmm.Net
+	if b.opts.Network != nil {
+		var att *husknet.Attachment
+		if att, err = b.attach(ctx, id, short, net); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				b.detach(id)
+			}
+		}()
+		nets = att.Nets
+		setup.Hosts, setup.ResolvConf, setup.Network = att.Hosts, att.ResolvConf, att.Guest
+	}
 	machine, client, err := g.startVM(ctx, b.log, vmSpec{
 		id: short, dir: vmDir, memoryMiB: g.MemoryMiB, cpus: g.CPUs,
 		disks: []vmm.Disk{{Path: base, ReadOnly: true, Serial: baseSerial}, {Path: upper, Serial: upperSerial}},
+		nets:  nets,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := client.Setup(ctx, proto.SetupSpec{Hostname: short, BaseSerial: baseSerial, UpperSerial: upperSerial, Hosts: hostsFile(short)}); err != nil {
+	if err := client.Setup(ctx, setup); err != nil {
 		stopVM(b.log, short, machine, client)
 		return nil, fmt.Errorf("set up build VM root: %w", err)
 	}
-	b.log.Info("build VM started", "id", short, "base", baseImageID, "vmm_pid", machine.PID())
-	return &BuildVM{vms: b, id: short, dir: dir, machine: machine, client: client}, nil
+	b.log.Info("build VM started", "id", short, "base", baseImageID, "network", net.Mode, "vmm_pid", machine.PID())
+	return &BuildVM{vms: b, id: short, fullID: id, dir: dir, machine: machine, client: client}, nil
+}
+
+// attach connects a build VM as dockerd connects a build container: to
+// the default bridge unless the build names a network, with the
+// container's /etc/hosts and /etc/resolv.conf. A network that does not
+// exist fails the RUN in dockerd's words ("network x not found").
+func (b *BuildVMs) attach(ctx context.Context, id, hostname string, net BuildNetwork) (*husknet.Attachment, error) {
+	nets, err := b.opts.Network.Configure(net.Mode, nil)
+	if err != nil {
+		return nil, err
+	}
+	return b.opts.Network.Attach(ctx, husknet.Request{
+		ContainerID: id, Hostname: hostname, Networks: nets, ExtraHosts: net.ExtraHosts,
+	})
+}
+
+// detach releases what attach took, once the VM is gone.
+func (b *BuildVMs) detach(id string) {
+	if err := b.opts.Network.Detach(context.Background(), id); err != nil {
+		b.log.Warn("detach build VM network", "id", id[:12], "err", err)
+	}
 }
 
 // ApplyLayer stacks an OCI layer tar on the VM's root.
@@ -241,6 +294,9 @@ func (v *BuildVM) Close(ctx context.Context) error {
 	v.closed = true
 	v.mu.Unlock()
 	stopVM(v.vms.log, v.id, v.machine, v.client)
+	if v.vms.opts.Network != nil {
+		v.vms.detach(v.fullID)
+	}
 	if err := os.RemoveAll(v.dir); err != nil {
 		return fmt.Errorf("remove build VM dir: %w", err)
 	}
