@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -278,5 +279,65 @@ func TestBuildCacheIgnoresMtimes(t *testing.T) {
 	r := dockerBuild(t, dir, "-t", tag)
 	if r.Code != 0 || strings.Count(r.Stdout, " ---> Using cache\n") != 2 || strings.Contains(r.Stdout, "Running in") {
 		t.Errorf("rebuild after a touch: %+v, want the COPY and the RUN from the cache", r)
+	}
+}
+
+// TestBuildNetwork: RUN steps are connected as dockerd connects its build
+// containers: to the network `--network` names, with `--add-host` names
+// in /etc/hosts, and not at all with `--network none`; ADD fetches a URL
+// from the daemon. The server is a container on a network of the test's
+// own, reached by address (the reference dockerd runs without iptables,
+// so without its embedded DNS). No TAP is left behind.
+func TestBuildNetwork(t *testing.T) {
+	s := requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	net := namePrefix(t) + "-net"
+	t.Cleanup(func() {
+		cmd := exec.Command(suite.DockerCLI, "network", "rm", net)
+		cmd.Env = dockerEnv()
+		_ = cmd.Run()
+	})
+	mustDocker(t, "network", "create", net)
+	srv := containerName(t, "-srv")
+	mustDocker(t, append([]string{"run", "-d", "--name", srv, "--network", net, img}, webServer("srv")...)...)
+	srvIP := strings.TrimSpace(mustDocker(t, "inspect", "-f", "{{(index .NetworkSettings.Networks \""+net+"\").IPAddress}}", srv))
+	url := "http://" + srvIP + ":8080/index.html"
+	eventually(t, "the server answers", func() string {
+		r := docker(t, "run", "--rm", "--network", net, img, "wget", "-q", "-O", "-", url)
+		if r.Stdout != "hello from srv\n" {
+			return fmt.Sprintf("%+v", r)
+		}
+		return ""
+	})
+
+	tag := namePrefix(t) + ":net"
+	removeImages(t, tag)
+	dir := writeContext(t, map[string]string{"Dockerfile": "FROM " + img + "\n" +
+		"RUN wget -q -O /by-name http://web:8080/index.html && grep -c web /etc/hosts > /hosts-lines\n" +
+		"ADD " + url + " /added/\n"})
+	if r := dockerBuild(t, dir, "--network", net, "--add-host", "web:"+srvIP, "-t", tag); r.Code != 0 {
+		t.Fatalf("build on %s: %+v", net, r)
+	}
+	got := mustDocker(t, "run", "--rm", tag, "sh", "-c", "cat /by-name /hosts-lines /added/index.html; stat -c %a /added/index.html")
+	if got != "hello from srv\n1\nhello from srv\n600\n" {
+		t.Errorf("fetched in the build: %q, want the page by name, one hosts line, the page ADDed with mode 600", got)
+	}
+
+	none := writeContext(t, map[string]string{"Dockerfile": "FROM " + img + "\nRUN wget -q -T 5 -O - " + url + "\n"})
+	if r := dockerBuild(t, none, "--no-cache", "--network", "none"); r.Code == 0 || !strings.Contains(r.Stderr, "returned a non-zero code") {
+		t.Errorf("build with --network none reached the server: %+v", r)
+	}
+	if r := dockerBuild(t, none, "--no-cache", "--network", "nosuch-"+namePrefix(t)); r.Code != 1 || !strings.Contains(r.Stderr, "network nosuch-"+namePrefix(t)+" not found") {
+		t.Errorf("build with an unknown network: %+v", r)
+	}
+	missing := writeContext(t, map[string]string{"Dockerfile": "FROM " + img + "\nADD http://" + srvIP + ":8080/nope /x\n"})
+	if r := dockerBuild(t, missing); r.Code != 1 || !strings.Contains(r.Stderr, "ADD failed: failed to GET http://"+srvIP+":8080/nope with status 404 Not Found") {
+		t.Errorf("ADD of a missing URL: %+v", r)
+	}
+	if s.Kind == "huskd" {
+		mustDocker(t, "rm", "-f", srv)
+		if taps := hostLinks(t, "hk"); len(taps) != 0 {
+			t.Errorf("TAPs left after the builds: %v", taps)
+		}
 	}
 }

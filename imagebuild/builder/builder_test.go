@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -226,6 +229,32 @@ func (f *fixture) files(id string) map[string]string {
 		default:
 			out[hdr.Name] = meta + string(b)
 		}
+	}
+}
+
+// modTimes flattens an image into name → modification time.
+func (f *fixture) modTimes(id string) map[string]time.Time {
+	f.t.Helper()
+	infos, err := f.images.LayerInfos(context.Background(), id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var openers []rootfs.LayerOpener
+	for _, l := range infos {
+		openers = append(openers, func() (io.ReadCloser, error) { return f.images.OpenLayer(l) })
+	}
+	var buf bytes.Buffer
+	if err := rootfs.Flatten(context.Background(), &buf, openers); err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	tr := tar.NewReader(&buf)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			return out
+		}
+		out[strings.TrimSuffix(hdr.Name, "/")] = hdr.ModTime
 	}
 }
 
@@ -454,7 +483,7 @@ func TestBuildErrors(t *testing.T) {
 		{"unknown instruction", "FROM base\nFOO bar\n", "", "dockerfile parse error line 2: unknown instruction: FOO"},
 		{"missing source", "FROM base\nCOPY nope /x\n", "", "COPY failed: file not found in build context or excluded by .dockerignore: stat nope: file does not exist"},
 		{"ignored source", "FROM base\nCOPY secret /x\n", "", "COPY failed: file not found in build context or excluded by .dockerignore: stat secret: file does not exist"},
-		{"url", "FROM base\nADD http://127.0.0.1:1/x /x\n", "", "ADD failed: downloading http://127.0.0.1:1/x: remote sources are not supported: husk builds have no network"},
+		{"copy url", "FROM base\nCOPY http://127.0.0.1:1/x /x\n", "", "COPY failed: source can't be a URL for COPY"},
 		{"several sources", "FROM base\nCOPY a b /x\n", "", "When using COPY with more than one source file, the destination must be a directory and end with a /"},
 		{"target", "FROM base\n", "nope", "failed to reach build target nope in Dockerfile"},
 		{"chown", "FROM base\nCOPY --chown=ghost a /x\n", "", "unable to convert uid/gid chown string to host mapping: can't find uid for user ghost: no such user: ghost"},
@@ -464,6 +493,69 @@ func TestBuildErrors(t *testing.T) {
 				file{name: "Dockerfile", body: tc.dockerfile}, file{name: "a", body: "a"}, file{name: "b", body: "b"},
 				file{name: "secret", body: "s"}, file{name: ".dockerignore", body: "secret\n"})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestAddURL(t *testing.T) {
+	lastModified := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+	archive := makeTar(t, file{name: "inside", body: "x"})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/files/r.txt":
+			w.Header().Set("Last-Modified", lastModified.Format(http.TimeFormat))
+			_, _ = io.WriteString(w, "remote\n")
+		case "/files/pkg.tar":
+			_, _ = w.Write(archive)
+		case "/named/":
+			w.Header().Set("Content-Disposition", `attachment; filename="../given.txt"`)
+			_, _ = io.WriteString(w, "given\n")
+		case "/anonymous/":
+			_, _ = io.WriteString(w, "anonymous\n")
+		default:
+			http.Error(w, "no such file", http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	f := newFixture(t)
+	dockerfile := "FROM scratch\nADD --chown=5:6 " + srv.URL + "/files/r.txt /d/\n" +
+		"ADD " + srv.URL + "/files/pkg.tar " + srv.URL + "/named/ /d/\n" +
+		"ADD " + srv.URL + "/anonymous/ /anon\n"
+	out, id, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: dockerfile})
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	files := f.files(id)
+	for name, want := range map[string]string{
+		"d/r.txt":     "5:6 600 remote\n",
+		"d/pkg.tar":   "0:0 600 " + string(archive), // not extracted
+		"d/given.txt": "0:0 600 given\n",
+		"anon":        "0:0 600 anonymous\n",
+	} {
+		if files[name] != want {
+			t.Errorf("%s = %q, want %q", name, files[name], want)
+		}
+	}
+	if _, ok := files["d/inside"]; ok {
+		t.Error("a downloaded archive was extracted")
+	}
+	if mt := f.modTimes(id)["d/r.txt"]; !mt.Equal(lastModified) {
+		t.Errorf("downloaded file's mtime = %v, want its Last-Modified %v", mt, lastModified)
+	}
+	if h := f.config(id).Config.History; len(h) < 1 || !regexp.MustCompile(`^/bin/sh -c #\(nop\) ADD --chown=5:6[0-9a-f]{64} in /d/ $`).MatchString(h[0].CreatedBy) {
+		t.Errorf("history of the download = %+v, want dockerd 20.10's ADD --chown=5:6<hash> in /d/", h)
+	}
+
+	for _, tc := range []struct{ name, add, want string }{
+		{"not found", srv.URL + "/nope /x", "ADD failed: failed to GET " + srv.URL + "/nope with status 404 Not Found: no such file"},
+		{"no name", srv.URL + "/anonymous/ /x/", "ADD failed: cannot determine filename for source " + srv.URL + "/anonymous/"},
+		{"refused", "http://127.0.0.1:1/x /x", `ADD failed: Get "http://127.0.0.1:1/x": dial tcp 127.0.0.1:1: connect: connection refused`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: "FROM scratch\nADD " + tc.add + "\n"})
+			if err == nil || err.Error() != tc.want {
 				t.Errorf("err = %v, want %q", err, tc.want)
 			}
 		})

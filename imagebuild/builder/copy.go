@@ -45,6 +45,9 @@ type copySource struct {
 	isDir bool
 	// hidden reports context paths .dockerignore excludes.
 	hidden func(string) bool
+	// url says the source was downloaded: its tree is its own, and ADD
+	// does not extract it.
+	url bool
 }
 
 func (r copyRequest) fail(err error) error {
@@ -63,10 +66,6 @@ func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error 
 	if err != nil {
 		return err
 	}
-	srcs, err := bd.collectSources(tree, isContext, req)
-	if err != nil {
-		return err
-	}
 	dest := req.sd.DestPath
 	endsInSlash := strings.HasSuffix(dest, "/")
 	if !path.IsAbs(dest) {
@@ -74,6 +73,17 @@ func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error 
 		if endsInSlash {
 			dest += "/"
 		}
+	}
+	srcs, err := bd.collectSources(ctx, tree, isContext, req, dest)
+	defer func() {
+		for _, s := range srcs {
+			if s.url {
+				s.tree.Close()
+			}
+		}
+	}()
+	if err != nil {
+		return err
 	}
 	if len(srcs) > 1 && !strings.HasSuffix(dest, "/") {
 		return fmt.Errorf("When using %s with more than one source file, the destination must be a directory and end with a /", req.name)
@@ -113,18 +123,22 @@ func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error 
 	}
 	defer spool.Close()
 
-	kind := "multi"
+	kind := "multi:"
 	if len(srcs) == 1 {
-		kind = "file"
-		if srcs[0].isDir {
-			kind = "dir"
+		switch {
+		case srcs[0].url:
+			kind = "" // dockerd names a download by its hash alone
+		case srcs[0].isDir:
+			kind = "dir:"
+		default:
+			kind = "file:"
 		}
 	}
 	chownComment := ""
 	if req.chown != "" {
 		chownComment = "--chown=" + req.chown
 	}
-	comment := fmt.Sprintf("%s %s%s:%s in %s ", req.name, chownComment, kind, spool.key, dest)
+	comment := fmt.Sprintf("%s %s%s%s in %s ", req.name, chownComment, kind, spool.key, dest)
 	return bd.runStep(ctx, st, nopComment(st, comment, true), false, func(ctx context.Context) (*imagebuild.LayerInfo, error) {
 		if spool.diffID == emptyTarDiffID {
 			return nil, nil
@@ -183,19 +197,25 @@ func isURL(s string) bool {
 	return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")
 }
 
-// collectSources expands the sources of req in tree.
-func (bd *build) collectSources(tree *tarIndex, isContext bool, req copyRequest) ([]copySource, error) {
-	var out []copySource
+// collectSources expands the sources of req in tree, and downloads those
+// that are URLs. The sources it returns are the caller's to close, also
+// with an error.
+func (bd *build) collectSources(ctx context.Context, tree *tarIndex, isContext bool, req copyRequest, dest string) (out []copySource, _ error) {
 	hidden := func(p string) bool { return isContext && bd.ignored(p) }
 	for _, src := range req.sd.SourcePaths {
 		if isURL(src) {
 			if !req.add {
-				return nil, errors.New("source can't be a URL for COPY")
+				return out, req.fail(errors.New("source can't be a URL for COPY"))
 			}
-			return nil, req.fail(fmt.Errorf("downloading %s: remote sources are not supported: husk builds have no network", src))
+			s, err := bd.download(ctx, src, dest)
+			if err != nil {
+				return out, req.fail(err)
+			}
+			out = append(out, s)
+			continue
 		}
 		if c := path.Clean(src); isContext && (c == ".." || strings.HasPrefix(c, "../")) {
-			return nil, req.fail(fmt.Errorf("forbidden path outside the build context: %s ()", src))
+			return out, req.fail(fmt.Errorf("forbidden path outside the build context: %s ()", src))
 		}
 		rel, _ := cleanRel(src)
 		if hasWildcards(rel) {
@@ -211,24 +231,24 @@ func (bd *build) collectSources(tree *tarIndex, isContext bool, req copyRequest)
 				return nil
 			})
 			if err != nil {
-				return nil, err
+				return out, err
 			}
 			if n == 0 {
-				return nil, req.fail(errors.New("no source files were specified"))
+				return out, req.fail(errors.New("no source files were specified"))
 			}
 			continue
 		}
 		resolved, ok := tree.resolve(rel, true)
 		if !ok || hidden(rel) {
 			if isContext {
-				return nil, req.fail(fmt.Errorf("file not found in build context or excluded by .dockerignore: stat %s: file does not exist", src))
+				return out, req.fail(fmt.Errorf("file not found in build context or excluded by .dockerignore: stat %s: file does not exist", src))
 			}
-			return nil, req.fail(fmt.Errorf("stat %s: file does not exist", src))
+			return out, req.fail(fmt.Errorf("stat %s: file does not exist", src))
 		}
 		out = append(out, bd.source(tree, resolved, rel, hidden))
 	}
 	if len(out) == 0 {
-		return nil, req.fail(errors.New("no source files were specified"))
+		return out, req.fail(errors.New("no source files were specified"))
 	}
 	return out, nil
 }
@@ -447,7 +467,7 @@ func (lw *layerWriter) copy(s copySource, dest string, uid, gid int, mode *os.Fi
 		})
 	}
 	e := s.tree.entries[s.path]
-	if add && e != nil && e.hdr.Typeflag == tar.TypeReg {
+	if add && !s.url && e != nil && e.hdr.Typeflag == tar.TypeReg {
 		if r, ok := archiveReader(s.tree.open(e)); ok {
 			target := lw.resolveDest(destRel)
 			if err := lw.mkdirAll(target, 0, 0); err != nil {

@@ -1,0 +1,142 @@
+package builder
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/api/types/jsonstream"
+)
+
+// unnamedFile is the name an ADD download gets when neither its URL nor
+// its Content-Disposition gives one, as in dockerd.
+const unnamedFile = "__unnamed__"
+
+// progressStep is how many bytes a download reads between two progress
+// messages.
+const progressStep = 1 << 20
+
+// download fetches an ADD source URL as dockerd's classic builder does:
+// from the daemon, through the proxy its environment names, into a tree
+// of one file, mode 0600, carrying the response's Last-Modified time (the
+// epoch without one). An archive downloaded is not extracted. dest is the
+// ADD's destination: one ending in "/" needs a name for the file.
+func (bd *build) download(ctx context.Context, src, dest string) (copySource, error) {
+	u, err := url.Parse(src)
+	if err != nil {
+		return copySource{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
+	if err != nil {
+		return copySource{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return copySource{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= http.StatusBadRequest {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return copySource{}, fmt.Errorf("failed to GET %s with status %s: %s", src, resp.Status, bytes.TrimSpace(body))
+	}
+	name := downloadName(u.Path, resp.Header.Get("Content-Disposition"))
+	if name == "" {
+		if strings.HasSuffix(dest, "/") {
+			return copySource{}, fmt.Errorf("cannot determine filename for source %s", src)
+		}
+		name = unnamedFile
+	}
+
+	f, err := os.CreateTemp(bd.b.tmp, "download-*")
+	if err != nil {
+		return copySource{}, fmt.Errorf("spool download: %w", err)
+	}
+	os.Remove(f.Name())
+	defer f.Close()
+	size, err := io.Copy(f, &progressReader{r: resp.Body, total: resp.ContentLength, send: bd.progress})
+	if err != nil {
+		return copySource{}, fmt.Errorf("download %s: %w", src, err)
+	}
+	bd.progress(jsonstream.Message{Status: "Downloading", Progress: &jsonstream.Progress{Current: size, Total: max(resp.ContentLength, size)}})
+	bd.printf("\n")
+	mtime := time.Unix(0, 0)
+	if t, err := http.ParseTime(resp.Header.Get("Last-Modified")); err == nil {
+		mtime = t
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return copySource{}, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o600, Size: size, ModTime: mtime})
+		if err == nil {
+			_, err = io.Copy(tw, f)
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	tree, err := newTarIndex(ctx, bd.b.tmp, pr)
+	pr.CloseWithError(errors.New("download not read"))
+	if err != nil {
+		return copySource{}, err
+	}
+	return copySource{tree: tree, path: name, base: name, hidden: func(string) bool { return false }, url: true}, nil
+}
+
+// downloadName is the name a download gets: the last element of the URL's
+// path, or else the filename its Content-Disposition gives.
+func downloadName(urlPath, disposition string) string {
+	if urlPath != "" && !strings.HasSuffix(urlPath, "/") {
+		if name := path.Base(urlPath); name != "" && name != "/" && name != "." {
+			return name
+		}
+	}
+	if _, params, err := mime.ParseMediaType(disposition); err == nil {
+		if f := params["filename"]; f != "" && !strings.HasSuffix(f, "/") {
+			if name := path.Base(f); name != "/" && name != "." && name != ".." {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+// progressReader reports a download's progress as dockerd's
+// "Downloading" messages, one per progressStep bytes.
+type progressReader struct {
+	r            io.Reader
+	total, n     int64
+	lastReported int64
+	send         func(jsonstream.Message)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	if p.n-p.lastReported >= progressStep {
+		p.lastReported = p.n
+		// An unknown length (-1) is shown as a byte count alone.
+		p.send(jsonstream.Message{Status: "Downloading", Progress: &jsonstream.Progress{Current: p.n, Total: max(p.total, 0)}})
+	}
+	return n, err
+}
+
+// progress sends a progress message, when the build's client takes them.
+func (bd *build) progress(m jsonstream.Message) {
+	if bd.out.Progress != nil {
+		bd.out.Progress(m)
+	}
+}
