@@ -7,8 +7,9 @@ BIN      := bin
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 # What huskd needs to run containers; musl-tools builds the guest's C init
-# (shim/agent/cinit) as a small static program.
-RUN_PKGS  := qemu-system-x86 linux-image-cloud-amd64 e2fsprogs iproute2 musl-tools
+# (shim/agent/cinit) as a small static program; git clones remote build
+# contexts, as dockerd uses it.
+RUN_PKGS  := qemu-system-x86 linux-image-cloud-amd64 e2fsprogs iproute2 musl-tools git
 MUSL_CC  ?= musl-gcc
 # What the tests need beyond that: a real registry, busybox for test images,
 # docker-py and dockerode (real SDKs in the e2e suite), and Debian's dockerd,

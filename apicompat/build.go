@@ -58,9 +58,6 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 	if r.Form.Get("version") == "2" {
 		return errdefs.ErrInvalidArgument.WithMessage("buildkit is not supported by husk: use the classic builder (DOCKER_BUILDKIT=0)")
 	}
-	if remote := r.Form.Get("remote"); remote != "" {
-		return errdefs.ErrNotImplemented.WithMessage("remote build contexts are not supported: husk builds have no network")
-	}
 	opts := builder.BuildOptions{
 		Dockerfile:  r.Form.Get("dockerfile"),
 		Tags:        r.Form["t"],
@@ -70,6 +67,7 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 		Quiet:       boolValue(r, "q"),
 		ForceRemove: boolValue(r, "forcerm"),
 		Platform:    r.Form.Get("platform"),
+		Remote:      r.Form.Get("remote"),
 		Network:     builder.SandboxNetwork{Mode: r.Form.Get("networkmode"), ExtraHosts: r.Form["extrahosts"]},
 	}
 	// As dockerd: forcerm implies rm, and rm defaults to true.

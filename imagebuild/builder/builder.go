@@ -169,6 +169,9 @@ type BuildOptions struct {
 	Remove, ForceRemove bool
 	Labels              map[string]string
 	Platform            string
+	// Remote, when set, names where the context comes from instead of
+	// Context: a git repository or an http(s) URL (POST /build's remote).
+	Remote string
 	// Network is where RUN steps are connected.
 	Network SandboxNetwork
 	// Auth holds registry credentials by registry host, as in
@@ -268,8 +271,17 @@ func (bd *build) printf(format string, args ...any) {
 }
 
 func (bd *build) run(ctx context.Context) (string, error) {
+	source := bd.opts.Context
+	if bd.opts.Remote != "" {
+		rc, err := bd.remoteContext(ctx, bd.opts.Remote)
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		source = rc
+	}
 	var err error
-	if bd.ctxDir, err = newTarIndex(ctx, bd.b.tmp, bd.opts.Context); err != nil {
+	if bd.ctxDir, err = newTarIndex(ctx, bd.b.tmp, source); err != nil {
 		return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Error processing tar file: %v", err))
 	}
 	if err := bd.loadIgnore(); err != nil {

@@ -63,7 +63,7 @@ func (bd *build) download(ctx context.Context, src, dest string) (copySource, er
 	}
 	os.Remove(f.Name())
 	defer f.Close()
-	size, err := io.Copy(f, &progressReader{r: resp.Body, total: resp.ContentLength, send: bd.progress})
+	size, err := io.Copy(f, &progressReader{r: resp.Body, total: resp.ContentLength, step: progressStep, status: "Downloading", send: bd.progress})
 	if err != nil {
 		return copySource{}, fmt.Errorf("download %s: %w", src, err)
 	}
@@ -114,24 +114,30 @@ func downloadName(urlPath, disposition string) string {
 	return ""
 }
 
-// progressReader reports a download's progress as dockerd's
-// "Downloading" messages, one per progressStep bytes.
+// progressReader reports a download's progress as dockerd's progress
+// messages (status, and id when set), one per step bytes.
 type progressReader struct {
-	r            io.Reader
-	total, n     int64
-	lastReported int64
-	send         func(jsonstream.Message)
+	r              io.Reader
+	total, n, step int64
+	lastReported   int64
+	status, id     string
+	send           func(jsonstream.Message)
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	p.n += int64(n)
-	if p.n-p.lastReported >= progressStep {
+	if p.n-p.lastReported >= p.step {
 		p.lastReported = p.n
-		// An unknown length (-1) is shown as a byte count alone.
-		p.send(jsonstream.Message{Status: "Downloading", Progress: &jsonstream.Progress{Current: p.n, Total: max(p.total, 0)}})
+		p.report()
 	}
 	return n, err
+}
+
+// report sends where the download is. An unknown length (-1) is shown as
+// a byte count alone.
+func (p *progressReader) report() {
+	p.send(jsonstream.Message{Status: p.status, ID: p.id, Progress: &jsonstream.Progress{Current: p.n, Total: max(p.total, 0)}})
 }
 
 // progress sends a progress message, when the build's client takes them.
