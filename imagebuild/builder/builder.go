@@ -287,13 +287,18 @@ func (bd *build) run(ctx context.Context) (string, error) {
 	if err := bd.loadIgnore(); err != nil {
 		return "", err
 	}
-	df, err := bd.dockerfile()
+	df, dfName, err := bd.dockerfile()
 	if err != nil {
 		return "", err
 	}
+	if len(df) == 0 {
+		return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("the Dockerfile (%s) cannot be empty", dfName))
+	}
 	ast, err := parser.Parse(strings.NewReader(string(df)))
 	if err != nil {
-		return "", parseError(err)
+		// dockerd names the file for syntax errors, not for the
+		// instruction errors below.
+		return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("failed to parse %s: %v", dfName, err))
 	}
 	stages, metaArgs, err := instructions.Parse(ast.AST, nil)
 	if err != nil {
@@ -347,7 +352,7 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		if s.Name != "" {
 			for _, prev := range bd.stages {
 				if prev.name == s.Name {
-					return "", fmt.Errorf("duplicate name %s", s.Name)
+					return "", fmt.Errorf("%s stage name already used", s.Name)
 				}
 			}
 		}
@@ -419,7 +424,8 @@ func parseError(err error) error {
 	if errors.As(err, &unknown) {
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("dockerfile parse error line %d: unknown instruction: %s", unknown.Line, strings.ToUpper(unknown.Instruction)))
 	}
-	return errdefs.ErrInvalidArgument.WithMessage(err.Error())
+	// buildkit's parser says "on line"; dockerd 20.10's builder does not.
+	return errdefs.ErrInvalidArgument.WithMessage(strings.Replace(err.Error(), "dockerfile parse error on line ", "dockerfile parse error line ", 1))
 }
 
 // loadIgnore reads .dockerignore. The docker CLI has already left ignored
@@ -451,21 +457,21 @@ func (bd *build) ignored(p string) bool {
 	return m
 }
 
-func (bd *build) dockerfile() ([]byte, error) {
-	name := bd.opts.Dockerfile
+func (bd *build) dockerfile() (_ []byte, name string, _ error) {
+	name = bd.opts.Dockerfile
 	if name == "" {
 		name = "Dockerfile"
 	}
 	rel, _ := cleanRel(name)
 	if b, ok := bd.ctxDir.readFile(rel); ok {
-		return b, nil
+		return b, name, nil
 	}
 	if bd.opts.Dockerfile == "" {
 		if b, ok := bd.ctxDir.readFile("dockerfile"); ok {
-			return b, nil
+			return b, "dockerfile", nil
 		}
 	}
-	return nil, errdefs.ErrInvalidArgument.WithMessage("Cannot locate specified Dockerfile: " + name)
+	return nil, name, errdefs.ErrInvalidArgument.WithMessage("Cannot locate specified Dockerfile: " + name)
 }
 
 // env is an environment for word expansion.

@@ -484,6 +484,11 @@ func TestBuildErrors(t *testing.T) {
 		{"missing source", "FROM base\nCOPY nope /x\n", "", "COPY failed: file not found in build context or excluded by .dockerignore: stat nope: file does not exist"},
 		{"ignored source", "FROM base\nCOPY secret /x\n", "", "COPY failed: file not found in build context or excluded by .dockerignore: stat secret: file does not exist"},
 		{"copy url", "FROM base\nCOPY http://127.0.0.1:1/x /x\n", "", "COPY failed: source can't be a URL for COPY"},
+		{"empty", "", "", "the Dockerfile (Dockerfile) cannot be empty"},
+		{"comments only", "# nothing\n", "", "failed to parse Dockerfile: file with no instructions"},
+		{"syntax", "FROM base\nLABEL x\n", "", "failed to parse Dockerfile: LABEL must have two arguments"},
+		{"stage name", "FROM base AS a\nFROM base AS a\n", "", "a stage name already used"},
+		{"instruction", "FROM base\nENV\n", "", "dockerfile parse error line 2: ENV requires at least one argument"},
 		{"several sources", "FROM base\nCOPY a b /x\n", "", "When using COPY with more than one source file, the destination must be a directory and end with a /"},
 		{"target", "FROM base\n", "nope", "failed to reach build target nope in Dockerfile"},
 		{"chown", "FROM base\nCOPY --chown=ghost a /x\n", "", "unable to convert uid/gid chown string to host mapping: can't find uid for user ghost: no such user: ghost"},
@@ -648,5 +653,34 @@ func TestCopyCacheIgnoresMtime(t *testing.T) {
 		if cached := strings.Contains(out, " ---> Using cache\n"); cached != tc.cached || cached && id != first {
 			t.Errorf("%s: from the cache %v (image %s, first %s), want %v:\n%s", tc.what, cached, id, first, tc.cached, out)
 		}
+	}
+}
+
+// TestArgsEscapedCleared: dockerd's builder on Linux clears ArgsEscaped,
+// a Windows notion, on CMD and ENTRYPOINT, whatever the base image said.
+func TestArgsEscapedCleared(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	base := f.config(f.baseID)
+	cfg := v1.ConfigFile{Architecture: "amd64", OS: "linux", Config: base.Config.Config, RootFS: base.Config.RootFS, History: base.Config.History}
+	cfg.Config.ArgsEscaped = true
+	infos, err := f.images.LayerInfos(ctx, f.baseID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	escaped, err := f.images.CreateImage(ctx, cfg, infos, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []string{"CMD echo hi", "ENTRYPOINT echo hi", `CMD ["echo", "hi"]`} {
+		t.Run(step, func(t *testing.T) {
+			_, id, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: "FROM " + escaped + "\n" + step + "\n"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.config(id).Config.Config.ArgsEscaped {
+				t.Errorf("ArgsEscaped still set after %s", step)
+			}
+		})
 	}
 }

@@ -110,7 +110,9 @@ func (bd *build) dispatch(ctx context.Context, st *stage, cmd instructions.Comma
 		return bd.metaStep(ctx, st, "ONBUILD "+cmd.Expression)
 	case *instructions.CmdCommand:
 		c.Cmd = resolveCmdLine(st, cmd.ShellDependantCmdLine)
-		c.ArgsEscaped = true
+		// Escaped arguments are a Windows notion: dockerd clears the flag
+		// on Linux, whatever the base image had.
+		c.ArgsEscaped = false
 		if err := bd.metaStep(ctx, st, fmt.Sprintf("CMD %q", c.Cmd)); err != nil {
 			return err
 		}
@@ -120,6 +122,7 @@ func (bd *build) dispatch(ctx context.Context, st *stage, cmd instructions.Comma
 		return nil
 	case *instructions.EntrypointCommand:
 		c.Entrypoint = resolveCmdLine(st, cmd.ShellDependantCmdLine)
+		c.ArgsEscaped = false
 		if !st.cmdSet {
 			c.Cmd = nil
 		}
