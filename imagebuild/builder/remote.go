@@ -82,7 +82,9 @@ func (bd *build) urlContext(ctx context.Context, remote string) (io.ReadCloser, 
 		}
 		return nil, errors.New(msg)
 	}
-	body := &progressReader{r: resp.Body, step: contextProgressStep, status: "Downloading context", id: remote, send: bd.progress}
+	// dockerd's message has these the other way round from ADD's: the
+	// URL as the status, the action as the id.
+	body := &progressReader{r: resp.Body, step: contextProgressStep, status: remote, id: "Downloading context", send: bd.progress}
 	preamble := make([]byte, 100)
 	n, err := io.ReadFull(body, preamble)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
@@ -113,16 +115,15 @@ func (bd *build) urlContext(ctx context.Context, remote string) (io.ReadCloser, 
 		if !ok {
 			r = all
 		}
-		return &finishing{Reader: r, close: func() error {
-			body.report()
-			return resp.Body.Close()
-		}}, nil
+		return &finishing{Reader: r, close: resp.Body.Close}, nil
 	}
 	defer resp.Body.Close()
 	dockerfile, err := io.ReadAll(all)
 	if err != nil {
 		return nil, fmt.Errorf("error downloading remote context %s: %w", remote, err)
 	}
+	// dockerd reports a Dockerfile read to its end; a tar is read only to
+	// its end-of-archive blocks, and gets no last message.
 	body.report()
 	name := bd.opts.Dockerfile
 	if name == "" {
