@@ -45,7 +45,7 @@ func (s *Service) Login(ctx context.Context, cfg registry.AuthConfig) (status, i
 	base := httpGuard{s: s, next: remote.DefaultTransport}
 	challenge, err := transport.Ping(ctx, reg, base)
 	if err != nil {
-		return "", "", err
+		return "", "", pingError(err, s.insecure(host))
 	}
 	endpoint := "https://" + host + "/v2/"
 	if challenge.Insecure {

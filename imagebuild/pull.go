@@ -63,7 +63,7 @@ func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry
 				return aerr
 			}
 		}
-		return translatePullError(ctx, err, named)
+		return translatePullError(ctx, pingError(err, s.insecure(domain)), named)
 	}
 
 	out := &progressOut{fn: progress}

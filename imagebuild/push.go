@@ -96,7 +96,8 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 	s.lease(held...)
 	defer s.release(held...)
 
-	rref, err := reference.Remote(t, s.insecure(reference.Domain(t)))
+	insecure := s.insecure(reference.Domain(t))
+	rref, err := reference.Remote(t, insecure)
 	if err != nil {
 		return err
 	}
@@ -113,14 +114,14 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 	}
 	client, err := blobChecker(ctx, repo, authenticator(auth), rt)
 	if err != nil {
-		return translatePushError(ctx, err, auth)
+		return translatePushError(ctx, pingError(err, insecure), auth)
 	}
 	for i := len(rec.Layers) - 1; i >= 0; i-- {
 		l := rec.Layers[i]
 		id := shortID(l.DiffID.String())
 		exists, err := client.has(ctx, l.Digest)
 		if err != nil {
-			return translatePushError(ctx, err, auth)
+			return translatePushError(ctx, pingError(err, insecure), auth)
 		}
 		if exists {
 			out.send(jsonstream.Message{ID: id, Status: "Layer already exists", Progress: &jsonstream.Progress{}})
@@ -141,14 +142,14 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 		err = remote.WriteLayer(repo, layer, append(opts, remote.WithProgress(updates))...)
 		<-done
 		if err != nil {
-			return translatePushError(ctx, err, auth)
+			return translatePushError(ctx, pingError(err, insecure), auth)
 		}
 		out.send(jsonstream.Message{ID: id, Status: "Pushed", Progress: &jsonstream.Progress{}})
 	}
 	// Write finds the layers there, uploads the config and puts the
 	// manifest.
 	if err := remote.Write(rref, img, opts...); err != nil {
-		return translatePushError(ctx, err, auth)
+		return translatePushError(ctx, pingError(err, insecure), auth)
 	}
 	raw, err := img.RawManifest()
 	if err != nil {
