@@ -172,7 +172,8 @@ type rootMount struct {
 	Data                   string
 }
 
-// rootMounts are the kernel filesystems runc gives a container, in order.
+// rootMounts are the kernel filesystems runc gives a container, in the
+// order of dockerd's spec (as /proc/mounts lists them).
 func rootMounts(cfg initConfig) []rootMount {
 	const (
 		nsd  = unix.MS_NOSUID | unix.MS_NODEV
@@ -180,11 +181,11 @@ func rootMounts(cfg initConfig) []rootMount {
 	)
 	return []rootMount{
 		{"proc", "proc", "proc", nsde, ""},
-		{"sys", "sysfs", "sysfs", nsde | unix.MS_RDONLY, ""},
 		{"dev", "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
 		{"dev/pts", "devpts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
-		{"dev/shm", "tmpfs", "shm", nsde, shmData(cfg.ShmSize)},
+		{"sys", "sysfs", "sysfs", nsde | unix.MS_RDONLY, ""},
 		{"dev/mqueue", "mqueue", "mqueue", nsde, ""},
+		{"dev/shm", "tmpfs", "shm", nsde, shmData(cfg.ShmSize)},
 	}
 }
 
@@ -242,7 +243,8 @@ func etcBinds(root, etcDir string) ([]etcBind, error) {
 		return nil, nil
 	}
 	var binds []etcBind
-	for _, name := range []string{"hostname", "hosts", "resolv.conf"} {
+	// dockerd's order.
+	for _, name := range []string{"resolv.conf", "hostname", "hosts"} {
 		src := filepath.Join(etcDir, name)
 		if _, err := os.Stat(src); err != nil {
 			continue
