@@ -77,6 +77,10 @@ func scenarios() []scenario {
 		{name: "run ulimit shm-size sysctl", args: a("run", "--rm", "--ulimit", "nofile=512:1024", "--shm-size", "16m", "--sysctl", "net.ipv4.ip_forward=1", "{img}",
 			"sh", "-c", "ulimit -n; ulimit -Hn; df /dev/shm; cat /proc/sys/net/ipv4/ip_forward")},
 		{name: "run read-only", args: a("run", "--rm", "--read-only", "{img}", "touch", "/x")},
+		{name: "run masked and read-only system paths", args: a("run", "--rm", "{img}", "sh", "-c",
+			"echo 1 > /proc/sys/kernel/ns_last_pid; echo $?; wc -c < /proc/keys; ls /sys/firmware | wc -l; grep ' /proc/sys ' /proc/mounts | cut -d' ' -f2,4")},
+		{name: "run system paths unconfined", args: a("run", "--rm", "--security-opt", "systempaths=unconfined", "{img}", "sh", "-c",
+			"echo 1 > /proc/sys/kernel/ns_last_pid; echo $?; grep -c ' /proc/sys ' /proc/mounts")},
 		{name: "run unknown capability", args: a("run", "--rm", "--cap-add", "bogus", "{img}", "true")},
 		// logging drivers
 		{name: "run unknown log driver", args: a("run", "--rm", "--log-driver", "bogus", "{img}", "true")},
@@ -114,6 +118,7 @@ func scenarios() []scenario {
 		{name: "inspect state", args: a("inspect", "-f", "{{.Name}} {{.State.Status}} {{.State.Running}} {{.State.ExitCode}} {{.Path}} {{.Args}}", diffBox, diffExited)},
 		{name: "inspect config", args: a("inspect", "-f", "{{json .Config.Cmd}} {{json .Config.Labels}} {{.Config.Image}} {{.HostConfig.RestartPolicy.Name}}", diffBox)},
 		{name: "inspect env", args: a("container", "inspect", "-f", "{{json .Config.Env}}", diffBox)},
+		{name: "inspect read-only paths", args: a("inspect", "-f", "{{json .HostConfig.ReadonlyPaths}}", diffBox)},
 		{name: "inspect unknown", args: a("inspect", "nope")},
 		{name: "container inspect unknown", args: a("container", "inspect", "nope")},
 		{name: "inspect bad template", args: a("inspect", "-f", "{{.Nope}}", diffBox)},

@@ -115,6 +115,33 @@ func setDefaults(hc *container.HostConfig) {
 	if hc.OomKillDisable == nil {
 		hc.OomKillDisable = new(bool)
 	}
+	// As dockerd: the defaults unless the client gave lists (the CLI's
+	// --security-opt systempaths=unconfined gives empty ones); none for a
+	// privileged container.
+	if hc.MaskedPaths == nil && !hc.Privileged {
+		hc.MaskedPaths = defaultMaskedPaths()
+	}
+	if hc.ReadonlyPaths == nil && !hc.Privileged {
+		hc.ReadonlyPaths = defaultReadonlyPaths()
+	}
+}
+
+// defaultMaskedPaths are the paths dockerd hides from a container: its
+// current list, with the fixes of GHSA-6fw5-f8r9-fgfm and
+// GHSA-jq35-85cj-fj4p that 20.10 lacks, but not the per-CPU
+// thermal_throttle directories dockerd adds when the host has them: a
+// guest's virtual CPUs have none.
+func defaultMaskedPaths() []string {
+	return []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+		"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
+	}
+}
+
+// defaultReadonlyPaths are the paths dockerd makes read-only in a container.
+func defaultReadonlyPaths() []string {
+	return []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 }
 
 // checkResourceRanges refuses, in dockerd's words and order, limits that
@@ -250,7 +277,18 @@ func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
 		Init:        hc.Init != nil && *hc.Init,
 		PidsLimit:   pidsLimit(hc),
 		OomScoreAdj: hc.OomScoreAdj,
+		// A privileged container, whatever its stored lists (an API
+		// client may send both), gets neither, as under dockerd.
+		MaskedPaths:   unlessPrivileged(hc, hc.MaskedPaths),
+		ReadonlyPaths: unlessPrivileged(hc, hc.ReadonlyPaths),
 	}
+}
+
+func unlessPrivileged(hc *container.HostConfig, paths []string) []string {
+	if hc.Privileged {
+		return nil
+	}
+	return paths
 }
 
 // parseSecurityOpt reads --security-opt as dockerd's parseSecurityOpt

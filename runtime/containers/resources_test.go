@@ -113,6 +113,39 @@ func TestCreateDefaults(t *testing.T) {
 	}
 }
 
+// TestSystemPaths: dockerd's masked and read-only paths by default, the
+// client's lists when it gives them (empty ones for systempaths=unconfined),
+// none for a privileged container, and the agent told only what applies.
+func TestSystemPaths(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		hc                   container.HostConfig
+		wantMasked, wantRO   []string
+		agentMasked, agentRO int
+	}{
+		{"default", container.HostConfig{}, defaultMaskedPaths(), defaultReadonlyPaths(), len(defaultMaskedPaths()), len(defaultReadonlyPaths())},
+		{"privileged", container.HostConfig{Privileged: true}, nil, nil, 0, 0},
+		{"unconfined", container.HostConfig{MaskedPaths: []string{}, ReadonlyPaths: []string{}}, []string{}, []string{}, 0, 0},
+		{"given", container.HostConfig{MaskedPaths: []string{"/proc/x"}}, []string{"/proc/x"}, defaultReadonlyPaths(), 1, len(defaultReadonlyPaths())},
+		{"privileged with lists", container.HostConfig{Privileged: true, MaskedPaths: []string{"/proc/x"}}, []string{"/proc/x"}, nil, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hc := tc.hc
+			if err := validateResources(&hc); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(hc.MaskedPaths, tc.wantMasked) || (hc.MaskedPaths == nil) != (tc.wantMasked == nil) ||
+				!slices.Equal(hc.ReadonlyPaths, tc.wantRO) || (hc.ReadonlyPaths == nil) != (tc.wantRO == nil) {
+				t.Errorf("stored MaskedPaths %#v ReadonlyPaths %#v, want %#v %#v", hc.MaskedPaths, hc.ReadonlyPaths, tc.wantMasked, tc.wantRO)
+			}
+			s := containerSettings(&hc)
+			if len(s.MaskedPaths) != tc.agentMasked || len(s.ReadonlyPaths) != tc.agentRO {
+				t.Errorf("agent told %d masked and %d read-only paths, want %d and %d", len(s.MaskedPaths), len(s.ReadonlyPaths), tc.agentMasked, tc.agentRO)
+			}
+		})
+	}
+}
+
 func TestCreateWarnings(t *testing.T) {
 	disable := true
 	for _, tt := range []struct {

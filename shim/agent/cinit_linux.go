@@ -95,6 +95,8 @@ const (
 	cinitNoNewPrivs
 	cinitSetdomainname
 	cinitOomScoreAdj
+	cinitMaskPath
+	cinitReadonlyPath
 )
 
 // cinitProgram is the C init's encoded operations, and for each the error
@@ -380,6 +382,15 @@ func (p *cinitProgram) cinitContainer(cfg initConfig, binds []etcBind, fds cinit
 		if cfg.ReadOnly {
 			p.remountRO(b.Dst)
 		}
+	}
+	// After the binds, as runc does them after its mounts.
+	for _, path := range cfg.ReadonlyPaths {
+		target := filepath.Join(cfg.Root, filepath.Clean("/"+path))
+		p.op(cinitReadonlyPath, wrap("make %s read-only", path), cstr(target))
+	}
+	for _, path := range cfg.MaskedPaths {
+		target := filepath.Join(cfg.Root, filepath.Clean("/"+path))
+		p.op(cinitMaskPath, wrap("mask %s", path), cstr(target))
 	}
 	if cfg.InitBinary != "" {
 		p.op(cinitOpen, pathErr("open init binary", "open", cfg.InitBinary), cstr(cfg.InitBinary), cnum(fds.initBinary))

@@ -120,6 +120,17 @@ func TestMainProcessStart(t *testing.T) {
 	run(plain, tests)
 	run(withInit, initCases)
 
+	// As runc: a masked file reads empty, a masked directory lists
+	// nothing and takes no writes, a read-only path takes no writes, and
+	// a path the guest lacks is skipped.
+	masked := newAgent(&proto.ContainerSettings{
+		MaskedPaths:   []string{"/proc/version", "/proc/sys/fs", "/proc/nope"},
+		ReadonlyPaths: []string{"/proc/sys", "/proc/nope"},
+	})
+	run(masked, []startCase{{name: "masked and read-only paths", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
+		"wc -c </proc/version; ls /proc/sys/fs | wc -l; touch /proc/sys/fs/x 2>&1 | grep -o 'Read-only file system'; " +
+			"(echo 1 >/proc/sys/kernel/ns_last_pid) 2>&1 | grep -o 'Read-only file system'; grep ' /proc/sys ' /proc/mounts | cut -d' ' -f4"}},
+		stdout: "0\n0\nRead-only file system\nRead-only file system\nro,nosuid,nodev,noexec,relatime\n"}})
 }
 
 // TestDockerInit: under --init the C init's binary is PID 1 as tini would

@@ -190,6 +190,8 @@ type initConfig struct {
 	ReadOnly   bool
 	InitBinary string
 	Devices    []proto.Device
+	// MaskedPaths and ReadonlyPaths are proto.ContainerSettings'.
+	MaskedPaths, ReadonlyPaths []string
 	// Exe, when set, is run instead of the program Process.Args[0] names
 	// (OpWarm's /proc/self/exe).
 	Exe string
@@ -229,6 +231,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	if settings != nil {
 		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
 		cfg.Domainname, cfg.OomScoreAdj = settings.Domainname, settings.OomScoreAdj
+		cfg.MaskedPaths, cfg.ReadonlyPaths = settings.MaskedPaths, settings.ReadonlyPaths
 		if settings.Init {
 			cfg.InitBinary = a.opts.InitExe
 		}

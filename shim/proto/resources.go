@@ -34,6 +34,12 @@ type ContainerSettings struct {
 	// OomScoreAdj is the oom_score_adj of the main process and every exec
 	// (--oom-score-adj).
 	OomScoreAdj int `json:"oomScoreAdj,omitempty"`
+	// MaskedPaths are hidden in the container: a file behind /dev/null,
+	// a directory behind an empty read-only tmpfs. ReadonlyPaths are
+	// made read-only. Paths missing in the guest are skipped; both are
+	// absolute, in the container's root, as in runc's spec.
+	MaskedPaths   []string `json:"maskedPaths,omitempty"`
+	ReadonlyPaths []string `json:"readonlyPaths,omitempty"`
 }
 
 // OpLimits changes the limits of a running container (docker update):

@@ -42,6 +42,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -89,6 +90,8 @@ enum {
 	OP_NO_NEW_PRIVS,  /* set no_new_privs: execve grants no privileges (--security-opt no-new-privileges) */
 	OP_SETDOMAINNAME, /* name */
 	OP_OOM_SCORE_ADJ, /* value, as text, written to /proc/self/oom_score_adj */
+	OP_MASK_PATH,     /* path: hide it, as runc's maskPath; a missing one is no error */
+	OP_READONLY_PATH, /* path: make it read-only, as runc's readonlyPath; a missing one is no error */
 };
 
 /* The terminal OP_OPEN_TERMINAL opened. */
@@ -292,6 +295,33 @@ static int run(struct reader *r, mode_t umask_before)
 	case OP_SETDOMAINNAME: {
 		const char *name = str(r);
 		return r->bad ? -2 : setdomainname(name, strlen(name));
+	}
+	case OP_MASK_PATH: {
+		/* A file goes behind /dev/null, a directory behind an empty
+		 * read-only tmpfs. */
+		const char *path = str(r);
+		if (r->bad)
+			return -2;
+		if (mount("/dev/null", path, NULL, MS_BIND, NULL) == 0 || errno == ENOENT)
+			return 0;
+		if (errno != ENOTDIR)
+			return -1;
+		return mount("tmpfs", path, "tmpfs", MS_RDONLY, NULL);
+	}
+	case OP_READONLY_PATH: {
+		/* A bind of the path on itself, remounted read-only with the
+		 * nosuid, nodev and noexec it had (a bind remount that drops
+		 * them is refused). */
+		const char *path = str(r);
+		if (r->bad)
+			return -2;
+		if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+			return errno == ENOENT ? 0 : -1;
+		struct statfs sfs;
+		if (statfs(path, &sfs) < 0)
+			return -1;
+		unsigned long keep = (unsigned long)sfs.f_flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC);
+		return mount(path, path, NULL, keep | MS_BIND | MS_REMOUNT | MS_RDONLY, NULL);
 	}
 	case OP_OOM_SCORE_ADJ: {
 		const char *value = str(r);
