@@ -27,12 +27,21 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	}
 	switch req.Driver {
 	case "", driverBridge:
-	case "host", "null", "overlay", "macvlan", "ipvlan":
+	case "overlay":
+		// husk is never a swarm node: dockerd's answer off a swarm.
+		return network.CreateResponse{}, errdefs.ErrPermissionDenied.WithMessage(`This node is not a swarm manager. Use "docker swarm init" or "docker swarm join" to connect this node to swarm and try again.`)
+	case "host", "null":
+		// Their one network each is predefined, as under dockerd.
+		return network.CreateResponse{}, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("only one instance of %q network is allowed", req.Driver))
+	case "macvlan", "ipvlan":
 		// dockerd's own drivers, which husk's VMs cannot use.
 		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("husk supports only the bridge network driver, not %q", req.Driver))
 	default:
 		// dockerd looks any other name up as a plugin.
 		return network.CreateResponse{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("plugin %q not found", req.Driver))
+	}
+	if req.Scope == "swarm" {
+		return network.CreateResponse{}, errdefs.ErrPermissionDenied.WithMessage("cannot create a swarm scoped network when swarm is not active")
 	}
 	if req.EnableIPv6 != nil && *req.EnableIPv6 {
 		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support IPv6 networks yet")

@@ -108,8 +108,9 @@ func TestUserNetworks(t *testing.T) {
 }
 
 // TestCreateRefusesOtherDrivers: dockerd's own drivers other than bridge
-// are refused as husk's VMs cannot use them; any other name is a plugin
-// dockerd does not find.
+// are refused, in dockerd's words off a swarm where it has them (overlay,
+// a second host or null network, a swarm scope), as husk's VMs cannot use
+// the others; any other name is a plugin dockerd does not find.
 func TestCreateRefusesOtherDrivers(t *testing.T) {
 	m := &Manager{}
 	for _, tc := range []struct {
@@ -118,13 +119,19 @@ func TestCreateRefusesOtherDrivers(t *testing.T) {
 		wantErr string
 	}{
 		{"macvlan", errdefs.IsInvalidArgument, `husk supports only the bridge network driver, not "macvlan"`},
-		{"overlay", errdefs.IsInvalidArgument, `husk supports only the bridge network driver, not "overlay"`},
+		{"overlay", errdefs.IsPermissionDenied, `This node is not a swarm manager. Use "docker swarm init" or "docker swarm join" to connect this node to swarm and try again.`},
+		{"host", errdefs.IsPermissionDenied, `only one instance of "host" network is allowed`},
+		{"null", errdefs.IsPermissionDenied, `only one instance of "null" network is allowed`},
 		{"nosuch", errdefs.IsNotFound, `plugin "nosuch" not found`},
 	} {
 		_, err := m.Create(context.Background(), network.CreateRequest{Name: "n", Driver: tc.driver})
 		if !tc.is(err) || err.Error() != tc.wantErr {
 			t.Errorf("driver %s: %v, want %q", tc.driver, err, tc.wantErr)
 		}
+	}
+	_, err := m.Create(context.Background(), network.CreateRequest{Name: "n", Scope: "swarm"})
+	if want := "cannot create a swarm scoped network when swarm is not active"; !errdefs.IsPermissionDenied(err) || err.Error() != want {
+		t.Errorf("swarm scope: %v, want %q", err, want)
 	}
 }
 
