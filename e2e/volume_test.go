@@ -450,3 +450,50 @@ func TestVolumeMountOptions(t *testing.T) {
 		t.Errorf("a type without a device: %+v, want dockerd's refusal", r)
 	}
 }
+
+// TestVolumeSubpath: --mount's volume-subpath mounts a directory of the
+// volume, following symlinks that stay inside it, filling it from the image
+// as it would the whole volume; one that is missing or leads out of the
+// volume fails the start and leaves nothing behind.
+func TestVolumeSubpath(t *testing.T) {
+	s := requireSuite(t)
+	if s.Kind != harness.Huskd {
+		t.Skip("the reference dockerd 20.10 predates volume subpaths (API 1.45) and ignores them")
+	}
+	img := pulled(t, testimages.Busybox)
+	vol := namePrefix(t)
+	t.Cleanup(func() { docker(t, "volume", "rm", "-f", vol) })
+	mustDocker(t, "volume", "create", vol)
+	mustDocker(t, "run", "--rm", "-v", vol+":/v", img, "sh", "-c",
+		"mkdir -p /v/a/b /v/empty && echo in-b > /v/a/b/f && ln -s a/b /v/in && ln -s /etc /v/out")
+	sub := func(p string) string { return "type=volume,src=" + vol + ",dst=/d,volume-subpath=" + p }
+	if got := mustDocker(t, "run", "--rm", "--mount", sub("a/b"), img, "sh", "-c", "ls /d; echo new > /d/g"); got != "f\n" {
+		t.Errorf("subpath a/b lists %q, want its one file", got)
+	}
+	if got := mustDocker(t, "run", "--rm", "--mount", sub("in"), img, "cat", "/d/f", "/d/g"); got != "in-b\nnew\n" {
+		t.Errorf("subpath through a symlink inside the volume reads %q", got)
+	}
+	// Filled from the image's /bin on first use, as a whole volume would be.
+	if got := mustDocker(t, "run", "--rm", "--mount", "type=volume,src="+vol+",dst=/bin,volume-subpath=empty", img, "/bin/sh", "-c", "test -x /bin/ls && echo filled"); got != "filled\n" {
+		t.Errorf("empty subpath over /bin: %q, want it filled from the image", got)
+	}
+	if got := mustDocker(t, "run", "--rm", "-v", vol+":/v", img, "sh", "-c", "test -x /v/empty/ls && echo copied"); got != "copied\n" {
+		t.Errorf("the copy-up did not land in the subpath: %q", got)
+	}
+	for _, tc := range []struct{ subpath, want string }{
+		{"out", "path concatenation escapes the base directory"},
+		{"nope", "cannot access path "},
+		{"../x", `invalid mount config for type "volume": subpath must be a relative path within the volume`},
+	} {
+		r := docker(t, "run", "--rm", "--mount", sub(tc.subpath), img, "true")
+		if r.Code == 0 || !strings.Contains(r.Stderr, tc.want) {
+			t.Errorf("subpath %s: %+v, want an error with %q", tc.subpath, r, tc.want)
+		}
+	}
+	if left := sharesLeft(t); len(left) != 0 {
+		t.Errorf("virtiofsd left running: %v", left)
+	}
+	if got := mustDocker(t, "ps", "-aq", "--filter", "volume="+vol); got != "" {
+		t.Errorf("containers left using the volume: %q", got)
+	}
+}

@@ -64,6 +64,9 @@ type Mount struct {
 	// the guest got a socket huskd forwards to it (sockets.go) rather
 	// than a virtio-fs share.
 	Socket bool `json:",omitempty"`
+	// Subpath is --mount's volume-subpath: what of the volume is mounted,
+	// relative to its root.
+	Subpath string `json:",omitempty"`
 
 	// volumeOpts and volumeLabels are --mount's volume-opt and
 	// volume-label: what a volume the create makes is made with.
@@ -255,7 +258,13 @@ func parseMountSpec(spec mount.Mount, exists func(string) bool) (Mount, error) {
 		}
 		if o := spec.VolumeOptions; o != nil {
 			if o.Subpath != "" {
-				return Mount{}, errdefs.ErrNotImplemented.WithMessage("husk does not support volume subpaths yet")
+				if m.Anonymous {
+					return bad(errors.New("must not set Subpath when using anonymous volumes"))
+				}
+				if !filepath.IsLocal(o.Subpath) {
+					return bad(errors.New("subpath must be a relative path within the volume"))
+				}
+				m.Subpath = o.Subpath
 			}
 			if o.DriverConfig != nil && o.DriverConfig.Name != "" {
 				m.Driver = o.DriverConfig.Name
@@ -556,8 +565,13 @@ func (c *ctr) startShares(ctx context.Context, vmDir string) (_ *shares, _ []vmm
 		devs = append(devs, vmm.Share{Tag: tag, Socket: srv.Socket()})
 		spec := proto.MountSpec{Type: proto.MountVirtiofs, Tag: tag, Target: mp.Destination, ReadOnly: !mp.RW,
 			CopyUp: mp.CopyUp && mp.Type == mount.TypeVolume}
-		if !st.IsDir() {
+		switch {
+		case !st.IsDir():
 			spec.Path = virtiofs.FileName
+		case mp.Subpath != "":
+			if spec.Path, err = volumeSubpath(src, mp.Subpath); err != nil {
+				return nil, nil, nil, err
+			}
 		}
 		specs = append(specs, spec)
 	}
@@ -765,4 +779,29 @@ func (m *Manager) volumesFrom(specs []string) ([]Mount, error) {
 		}
 	}
 	return out, nil
+}
+
+// volumeSubpath resolves a volume-subpath in the volume at base as dockerd
+// does: symlinks inside the volume are followed as long as the result
+// stays in it, and what it names must exist. The whole volume is shared
+// with the guest, whose agent opens the resolved path refusing symlinks,
+// so one swapped in meanwhile cannot lead it out of the volume.
+func volumeSubpath(base, subpath string) (string, error) {
+	resolvedBase, err := filepath.EvalSymlinks(base)
+	if err != nil {
+		return "", fmt.Errorf("volume %s: %w", base, err)
+	}
+	combined := filepath.Join(resolvedBase, subpath)
+	resolved, err := filepath.EvalSymlinks(combined)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", errdefs.ErrNotFound.WithMessage(fmt.Sprintf("cannot access path %s: %v", combined, err))
+		}
+		return "", fmt.Errorf("error while resolving symlinks in combined path %q: %w", combined, err)
+	}
+	rel, err := filepath.Rel(resolvedBase, resolved)
+	if err != nil || !filepath.IsLocal(rel) {
+		return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("path concatenation escapes the base directory, base: %s, subpath: %s", resolvedBase, subpath))
+	}
+	return rel, nil
 }

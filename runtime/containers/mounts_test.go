@@ -1,6 +1,8 @@
 package containers
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -61,6 +63,12 @@ func TestParseMountSpec(t *testing.T) {
 			want: Mount{MountPoint: container.MountPoint{Type: "volume", Name: "v", Destination: "/x", Driver: "local", RW: true}}},
 		{spec: mount.Mount{Type: "volume", Target: "/x", ReadOnly: true},
 			wantErr: `invalid mount config for type "volume": must not set ReadOnly mode when using anonymous volumes`},
+		{spec: mount.Mount{Type: "volume", Source: "v", Target: "/x", VolumeOptions: &mount.VolumeOptions{Subpath: "a/b"}},
+			want: Mount{MountPoint: container.MountPoint{Type: "volume", Name: "v", Destination: "/x", Driver: "local", RW: true}, CopyUp: true, Subpath: "a/b"}},
+		{spec: mount.Mount{Type: "volume", Source: "v", Target: "/x", VolumeOptions: &mount.VolumeOptions{Subpath: "../up"}},
+			wantErr: `invalid mount config for type "volume": subpath must be a relative path within the volume`},
+		{spec: mount.Mount{Type: "volume", Target: "/x", VolumeOptions: &mount.VolumeOptions{Subpath: "a"}},
+			wantErr: `invalid mount config for type "volume": must not set Subpath when using anonymous volumes`},
 		{spec: mount.Mount{Type: "tmpfs", Target: "/t", TmpfsOptions: &mount.TmpfsOptions{SizeBytes: 1 << 20, Mode: 0o1770}},
 			want: Mount{MountPoint: container.MountPoint{Type: "tmpfs", Destination: "/t", RW: true}, Options: []string{"noexec", "nosuid", "nodev", "mode=1770", "size=1m"}}},
 		{spec: mount.Mount{Type: "tmpfs", Source: "foo", Target: "/x"},
@@ -77,7 +85,7 @@ func TestParseMountSpec(t *testing.T) {
 			continue
 		}
 		if err != nil || got.MountPoint != tt.want.MountPoint || !slices.Equal(got.Options, tt.want.Options) ||
-			got.CreateSource != tt.want.CreateSource || got.CopyUp != tt.want.CopyUp || got.Anonymous != tt.want.Anonymous {
+			got.CreateSource != tt.want.CreateSource || got.CopyUp != tt.want.CopyUp || got.Anonymous != tt.want.Anonymous || got.Subpath != tt.want.Subpath {
 			t.Errorf("%+v:\n got %+v, %v\nwant %+v", tt.spec, got, err, tt.want)
 		}
 	}
@@ -184,5 +192,35 @@ func TestHasSharedMounts(t *testing.T) {
 	withVolume := Record{Mounts: []Mount{{MountPoint: container.MountPoint{Type: "volume", Destination: "/v"}}}}
 	if (Record{}).HasSharedMounts() || tmpfsOnly.HasSharedMounts() || !withVolume.HasSharedMounts() {
 		t.Error("HasSharedMounts: only bind and volume mounts are shared")
+	}
+}
+
+// TestVolumeSubpath: symlinks inside the volume are followed while the
+// result stays in it, as dockerd's safepath does; a missing path is not
+// found, one that leaves the volume is refused.
+func TestVolumeSubpath(t *testing.T) {
+	vol := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(vol, "a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"in": "a/b", "out": "/etc", "up": "../.."} {
+		if err := os.Symlink(target, filepath.Join(vol, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		subpath, want string
+		is            func(error) bool
+	}{
+		{"a/b", "a/b", nil},
+		{"in", "a/b", nil},
+		{"nope", "", errdefs.IsNotFound},
+		{"out", "", errdefs.IsInvalidArgument},
+		{"up", "", errdefs.IsInvalidArgument},
+	} {
+		got, err := volumeSubpath(vol, tc.subpath)
+		if tc.is == nil && (err != nil || got != tc.want) || tc.is != nil && !tc.is(err) {
+			t.Errorf("%s: %q, %v; want %q", tc.subpath, got, err, tc.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -163,7 +164,18 @@ func (m *mounter) applyShare(rootfd int, spec proto.MountSpec, flags uintptr) er
 		return fmt.Errorf("mount virtiofs: %w", err)
 	}
 	m.mounted = append(m.mounted, shareDir)
-	src := filepath.Join(shareDir, spec.Path)
+	src := shareDir
+	if spec.Path != "" {
+		// Opened beneath the share and through no symlink (a volume's
+		// subpath, which the container may have changed since the host
+		// resolved it), then used through its descriptor.
+		fd, err := openBeneath(shareDir, spec.Path)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		src = fdPath(fd)
+	}
 	st, err := os.Stat(src)
 	if err != nil {
 		return err
@@ -328,6 +340,24 @@ func openat2(rootfd int, p string) (int, error) {
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
 	})
+}
+
+// openBeneath opens p, relative to dir, as an O_PATH descriptor, refusing
+// any symlink on the way and any path that leaves dir.
+func openBeneath(dir, p string) (int, error) {
+	dirfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dirfd)
+	fd, err := unix.Openat2(dirfd, p, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, &fs.PathError{Op: "openat2", Path: filepath.Join(dir, p), Err: err}
+	}
+	return fd, nil
 }
 
 func createFileAt(dirfd int, name string) error {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -193,6 +194,48 @@ func TestMountErrors(t *testing.T) {
 		}
 		if err := m.release(); err != nil {
 			t.Errorf("release after failures: %v", err)
+		}
+	})
+}
+
+// TestShareSubpath: a volume's subpath is what gets mounted, and copied
+// up into; one that a symlink leads to, even inside the share, is
+// refused, as the host resolved the subpath before and a symlink there now
+// is the container's doing.
+func TestShareSubpath(t *testing.T) {
+	inMountNamespace(t, func() {
+		root, vol := t.TempDir(), t.TempDir()
+		for _, d := range []string{filepath.Join(root, "data"), filepath.Join(vol, "a/b")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if err := os.WriteFile(filepath.Join(root, "data/seed"), []byte("seed\n"), 0o644); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Symlink("/", filepath.Join(vol, "link")); err != nil {
+			t.Error(err)
+			return
+		}
+		m := &mounter{sharesDir: t.TempDir(), mountShare: fakeShares(map[string]string{"t": vol, "u": vol})}
+		if err := m.apply(root, []proto.MountSpec{{Type: proto.MountVirtiofs, Tag: "t", Path: "a/b", Target: "/data", CopyUp: true}}); err != nil {
+			t.Errorf("apply: %v", err)
+			return
+		}
+		defer m.release()
+		if b, err := os.ReadFile(filepath.Join(vol, "a/b/seed")); err != nil || string(b) != "seed\n" {
+			t.Errorf("copy-up into the subpath: %q, %v", b, err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "data/new"), nil, 0o644); err != nil {
+			t.Errorf("write in the mounted subpath: %v", err)
+		} else if _, err := os.Stat(filepath.Join(vol, "a/b/new")); err != nil {
+			t.Errorf("write did not land in the subpath: %v", err)
+		}
+		err := m.apply(root, []proto.MountSpec{{Type: proto.MountVirtiofs, Tag: "u", Path: "link", Target: "/other"}})
+		if err == nil || !errors.Is(err, unix.ELOOP) && !strings.Contains(err.Error(), "too many levels of symbolic links") {
+			t.Errorf("subpath through a symlink: %v, want ELOOP", err)
 		}
 	})
 }
