@@ -11,7 +11,6 @@ import (
 	"path"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/husk-vm/husk/imagebuild/reference"
+	"github.com/husk-vm/husk/runtime/timestamp"
 )
 
 var acceptedListFilters = map[string]bool{
@@ -63,7 +63,7 @@ func (s *Service) List(ctx context.Context, all bool, filters map[string][]strin
 		}
 	}
 	for _, v := range filters["until"] {
-		t, err := parseTimestamp(v, time.Now())
+		t, err := timestamp.Parse(v, time.Now())
 		if err != nil {
 			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid value for 'until' filter: %v", err))
 		}
@@ -178,31 +178,6 @@ func matchLabels(filters []string, labels map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// parseTimestamp accepts what docker's --filter until= does: RFC 3339
-// (with or without zone), a date, Unix seconds, or a Go duration before
-// now.
-func parseTimestamp(v string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(v); err == nil {
-		return now.Add(-d), nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
-		if t, err := time.Parse(layout, v); err == nil {
-			return t, nil
-		}
-	}
-	sec, frac, _ := strings.Cut(v, ".")
-	if s, err := strconv.ParseInt(sec, 10, 64); err == nil {
-		ns := int64(0)
-		if frac != "" {
-			if ns, err = strconv.ParseInt((frac + "000000000")[:9], 10, 64); err != nil {
-				return time.Time{}, fmt.Errorf("parse %q: %w", v, err)
-			}
-		}
-		return time.Unix(s, ns), nil
-	}
-	return time.Time{}, fmt.Errorf("failed to parse value as time or duration: %q", v)
 }
 
 // Inspect is GET /images/{name}/json.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/image"
+
+	"github.com/husk-vm/husk/runtime/timestamp"
 )
 
 // acceptedPruneFilters are the filters POST /images/prune takes.
@@ -37,7 +39,7 @@ func (s *Service) Prune(ctx context.Context, filters map[string][]string, remove
 	danglingOnly := !slices.ContainsFunc(filters["dangling"], func(v string) bool { return v == "false" || v == "0" })
 	var until time.Time
 	for _, v := range filters["until"] {
-		t, err := parseTimestamp(v, time.Now())
+		t, err := timestamp.Parse(v, time.Now())
 		if err != nil {
 			return rep, errdefs.ErrInvalidArgument.WithMessage(err.Error())
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/events"
 
+	"github.com/husk-vm/husk/runtime/timestamp"
 	"github.com/husk-vm/husk/shim/host"
 )
 
@@ -411,7 +412,7 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (container.Prune
 			if len(vs) > 1 {
 				return container.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage("more than one until filter specified")
 			}
-			t, err := parseUntil(vs[0])
+			t, err := timestamp.Parse(vs[0], time.Now())
 			if err != nil {
 				return container.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(err.Error())
 			}
@@ -455,34 +456,4 @@ func anyLabel(filters []string, have map[string]string) bool {
 		}
 	}
 	return false
-}
-
-// parseUntil reads the until filter: a Unix timestamp, an RFC 3339 time or
-// a duration before now, as the CLI may send any of them.
-func parseUntil(v string) (time.Time, error) {
-	if d, err := time.ParseDuration(v); err == nil {
-		return time.Now().Add(-d), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
-	}
-	if t, err := parseUnix(v); err == nil {
-		return t, nil
-	}
-	return time.Time{}, fmt.Errorf("failed to parse value %q as a timestamp", v)
-}
-
-func parseUnix(v string) (time.Time, error) {
-	secs, frac, _ := strings.Cut(v, ".")
-	var s, ns int64
-	if _, err := fmt.Sscanf(secs, "%d", &s); err != nil {
-		return time.Time{}, err
-	}
-	if frac != "" {
-		frac = (frac + "000000000")[:9]
-		if _, err := fmt.Sscanf(frac, "%d", &ns); err != nil {
-			return time.Time{}, err
-		}
-	}
-	return time.Unix(s, ns), nil
 }

@@ -22,14 +22,3 @@ func TestPsColumns(t *testing.T) {
 		}
 	}
 }
-
-func TestParseUntil(t *testing.T) {
-	for _, v := range []string{"1700000000", "1700000000.5", "2023-11-14T22:13:20Z"} {
-		if got, err := parseUntil(v); err != nil || got.Unix() != 1700000000 {
-			t.Errorf("parseUntil(%q) = %v, %v", v, got, err)
-		}
-	}
-	if _, err := parseUntil("soon"); err == nil {
-		t.Error("parseUntil accepted garbage")
-	}
-}

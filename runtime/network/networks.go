@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/network"
+
+	"github.com/husk-vm/husk/runtime/timestamp"
 )
 
 // userSubnetBits is the size of the subnets user-defined networks get
@@ -252,11 +254,24 @@ func (m *Manager) Prune(ctx context.Context, filters map[string][]string) ([]str
 			return nil, errdefs.ErrInvalidArgument.WithMessage("invalid filter '" + k + "'")
 		}
 	}
+	var until time.Time
+	if vs := filters["until"]; len(vs) > 1 {
+		return nil, errdefs.ErrInvalidArgument.WithMessage("more than one until filter specified")
+	} else if len(vs) == 1 {
+		t, err := timestamp.Parse(vs[0], time.Now())
+		if err != nil {
+			return nil, errdefs.ErrInvalidArgument.WithMessage(err.Error())
+		}
+		until = t
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var removed []string
 	for _, n := range m.sortedNets() {
 		if n.rec.predefined() || m.endpointsLocked(n.rec.ID) > 0 || !matchLabels(filters["label"], n.rec.Labels) {
+			continue
+		}
+		if !until.IsZero() && n.rec.Created.After(until) {
 			continue
 		}
 		if excl := filters["label!"]; len(excl) > 0 && matchAnyLabel(excl, n.rec.Labels) {

@@ -80,6 +80,14 @@ func TestUserNetworks(t *testing.T) {
 	if len(list) != 1 || list[0].Name != "a" {
 		t.Errorf("list label=k=v: %+v", list)
 	}
+	// b was created just now: an until an hour back keeps it, as
+	// dockerd's does; a bad until is refused in its words.
+	if pruned, err := m.Prune(ctx, map[string][]string{"until": {"1h"}}); err != nil || len(pruned) != 0 {
+		t.Errorf("prune until=1h = %v, %v; want nothing, b is newer", pruned, err)
+	}
+	if _, err := m.Prune(ctx, map[string][]string{"until": {"soon"}}); !errdefs.IsInvalidArgument(err) || err.Error() != `failed to parse value as time or duration: "soon"` {
+		t.Errorf("prune until=soon: %v", err)
+	}
 	pruned, err := m.Prune(ctx, nil)
 	if err != nil || strings.Join(pruned, ",") != "b" {
 		t.Errorf("prune = %v, %v; want only b (a is in use)", pruned, err)
