@@ -193,9 +193,8 @@ func (f *fixture) build(opts BuildOptions, ctxFiles ...file) (string, string, er
 	return out.String(), id, err
 }
 
-// files flattens an image into name → content ("dir", "-> target" for
-// links, "uid:gid mode" prefixed).
-func (f *fixture) files(id string) map[string]string {
+// flattened is an image's layers merged into one tar.
+func (f *fixture) flattened(id string) *tar.Reader {
 	f.t.Helper()
 	infos, err := f.images.LayerInfos(context.Background(), id)
 	if err != nil {
@@ -209,8 +208,15 @@ func (f *fixture) files(id string) map[string]string {
 	if err := rootfs.Flatten(context.Background(), &buf, openers); err != nil {
 		f.t.Fatal(err)
 	}
+	return tar.NewReader(&buf)
+}
+
+// files flattens an image into name → content ("dir", "-> target" for
+// links, "uid:gid mode" prefixed).
+func (f *fixture) files(id string) map[string]string {
+	f.t.Helper()
 	out := map[string]string{}
-	tr := tar.NewReader(&buf)
+	tr := f.flattened(id)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -235,20 +241,8 @@ func (f *fixture) files(id string) map[string]string {
 // modTimes flattens an image into name → modification time.
 func (f *fixture) modTimes(id string) map[string]time.Time {
 	f.t.Helper()
-	infos, err := f.images.LayerInfos(context.Background(), id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var openers []rootfs.LayerOpener
-	for _, l := range infos {
-		openers = append(openers, func() (io.ReadCloser, error) { return f.images.OpenLayer(l) })
-	}
-	var buf bytes.Buffer
-	if err := rootfs.Flatten(context.Background(), &buf, openers); err != nil {
-		f.t.Fatal(err)
-	}
 	out := map[string]time.Time{}
-	tr := tar.NewReader(&buf)
+	tr := f.flattened(id)
 	for {
 		hdr, err := tr.Next()
 		if err != nil {
