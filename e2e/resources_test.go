@@ -310,4 +310,11 @@ func TestInfoPlugins(t *testing.T) {
 	if out := mustDocker(t, "info", "-f", tmpl); !strings.HasPrefix(out, "true ") || !strings.Contains(out, "127.0.0.0/8") {
 		t.Errorf("docker info RegistryConfig: %q, want Docker Hub's index secure and loopback insecure", out)
 	}
+	// The suite's huskd runs with --debug: docker info says so, with the
+	// figures dockerd gives in debug mode.
+	if suite.Kind == "huskd" && os.Getenv(benchEnv) != "1" {
+		if out := mustDocker(t, "info", "-f", "{{.Debug}} {{gt .NFd 0}} {{gt .NGoroutines 0}}"); out != "true true true\n" {
+			t.Errorf("docker info Debug, NFd > 0, NGoroutines > 0: %q, want true for each", out)
+		}
+	}
 }

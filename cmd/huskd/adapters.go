@@ -118,19 +118,24 @@ func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
 			Network: []string{"bridge", "null"},
 			Log:     []string{"json-file", "local"},
 		},
-		CgroupDriver:       "none",
-		KernelVersion:      hostKernel(),
-		OperatingSystem:    osName(),
-		OSType:             "linux",
-		Architecture:       "x86_64",
-		NCPU:               runtime.NumCPU(),
-		MemTotal:           int64(mem.Totalram) * int64(mem.Unit),
-		DockerRootDir:      s.cfg.Root,
-		Name:               host,
-		ServerVersion:      version,
-		Runtimes:           map[string]system.RuntimeWithStatus{runtimeName: {}},
-		DefaultRuntime:     runtimeName,
-		ExperimentalBuild:  true,
+		CgroupDriver:      "none",
+		KernelVersion:     hostKernel(),
+		OperatingSystem:   osName(),
+		OSType:            "linux",
+		Architecture:      "x86_64",
+		NCPU:              runtime.NumCPU(),
+		MemTotal:          int64(mem.Totalram) * int64(mem.Unit),
+		DockerRootDir:     s.cfg.Root,
+		Name:              host,
+		ServerVersion:     version,
+		Runtimes:          map[string]system.RuntimeWithStatus{runtimeName: {}},
+		DefaultRuntime:    runtimeName,
+		ExperimentalBuild: true,
+		// As dockerd: the daemon's debug mode, and with it the figures
+		// docker info shows only then.
+		Debug:              s.cfg.Debug,
+		NFd:                openFiles(),
+		NGoroutines:        runtime.NumGoroutine(),
 		SystemTime:         time.Now().Format(time.RFC3339Nano),
 		IndexServerAddress: "https://index.docker.io/v1/",
 		InitBinary:         "husk-agent",
@@ -138,6 +143,16 @@ func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
 		Labels:             []string{},
 		RegistryConfig:     registryConfig(s.cfg.InsecureRegistries),
 	}, nil
+}
+
+// openFiles is how many descriptors the daemon has open; -1 when it
+// cannot tell, as dockerd's fileutils.GetTotalUsedFds.
+func openFiles() int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(entries) - 1 // the directory's own, open while it is read
 }
 
 // registryConfig is docker info's RegistryConfig as dockerd builds it
