@@ -362,10 +362,12 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		if err := bd.from(ctx, st, s.BaseName); err != nil {
 			return "", err
 		}
-		bd.printf(" ---> %s\n", shortID(st.imageID))
+		// The base's triggers run as part of FROM, as in dockerd: the
+		// step's " ---> ID" follows them.
 		if err := bd.onBuild(ctx, st); err != nil {
 			return "", err
 		}
+		bd.printf(" ---> %s\n", shortID(st.imageID))
 		for _, cmd := range s.Commands {
 			if err := ctx.Err(); err != nil {
 				bd.printf("Build cancelled\n")

@@ -678,3 +678,28 @@ func TestArgsEscapedCleared(t *testing.T) {
 		})
 	}
 }
+
+// TestOnBuildOutput: the base's triggers run within FROM, so, as in
+// dockerd's output, FROM's " ---> ID" comes after them and names the image
+// they made.
+func TestOnBuildOutput(t *testing.T) {
+	f := newFixture(t)
+	if _, _, err := f.build(BuildOptions{Tags: []string{"trig"}}, file{name: "Dockerfile", body: "FROM base\nONBUILD LABEL t=1\n"}); err != nil {
+		t.Fatal(err)
+	}
+	out, id, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: "FROM trig\nLABEL u=2\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`Step 1/2 : FROM trig\n# Executing 1 build trigger\n(?s:.*?) ---> ([0-9a-f]{12})\nStep 2/2 : LABEL u=2\n`)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("output:\n%s\nwant FROM, the trigger, then FROM's ---> ID", out)
+	}
+	if labels := f.config(id).Config.Config.Labels; labels["t"] != "1" || labels["u"] != "2" {
+		t.Errorf("labels %v, want the trigger's and the step's", labels)
+	}
+	if m[1] == shortID(f.config("trig").ID) {
+		t.Errorf("FROM's ---> names the base %s, not the image the trigger made", m[1])
+	}
+}
