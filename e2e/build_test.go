@@ -341,3 +341,35 @@ func TestBuildNetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildEvents: docker events shows a build's steps as dockerd's
+// intermediate containers: a RUN's create, attach, start, die and destroy
+// (with a network connect and disconnect around its run), a metadata
+// step's create and destroy, nothing for COPY; the container's attributes
+// carry the step's labels.
+func TestBuildEvents(t *testing.T) {
+	s := requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	dir := writeContext(t, map[string]string{
+		"Dockerfile": "FROM " + img + "\nRUN true\nLABEL e2e-step=label\nCOPY f /f\n",
+		"f":          "x",
+	})
+	since := fmt.Sprint(time.Now().Add(-time.Second).Unix())
+	if r := dockerBuild(t, dir, "--no-cache", "-q"); r.Code != 0 {
+		t.Fatalf("build: %+v", r)
+	}
+	until := fmt.Sprint(time.Now().Add(time.Second).Unix())
+	events := func(typ string) string {
+		return mustDocker(t, "events", "--since", since, "--until", until, "--filter", "type="+typ,
+			"--format", `{{.Action}} {{index .Actor.Attributes "exitCode"}}{{index .Actor.Attributes "e2e-step"}}{{if eq .Type "network"}}{{.Actor.Attributes.name}}{{end}}`)
+	}
+	if got, want := events("container"), "create \nattach \nstart \ndie 0\ndestroy \ncreate label\ndestroy label\n"; got != want {
+		t.Errorf("container events of the build:\n%s\nwant:\n%s", got, want)
+	}
+	// The suite's dockerd runs without a bridge; huskd has its default one.
+	if s.Kind == "huskd" {
+		if got, want := events("network"), "connect bridge\ndisconnect bridge\n"; got != want {
+			t.Errorf("network events of the build:\n%s\nwant:\n%s", got, want)
+		}
+	}
+}

@@ -184,13 +184,13 @@ func run(parent context.Context, cfg Config) error {
 
 	buildVMs, err := containers.NewBuildVMs(ctx, containers.BuildVMOptions{
 		Root: filepath.Join(cfg.Root, "builds", "vms"), Images: imageSource{images},
-		Disks: disks, Guest: guest, Network: nets, Logger: logger,
+		Disks: disks, Guest: guest, Network: nets, Events: bus, Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
 	imageBuilder, err := builder.New(builder.Options{
-		Images: images, Sandboxes: buildSandboxes{buildVMs},
+		Images: images, Sandboxes: buildSandboxes{buildVMs}, Events: buildVMs,
 		StateDir: filepath.Join(cfg.Root, "builds"), Logger: logger,
 	})
 	if err != nil {

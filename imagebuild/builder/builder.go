@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -48,6 +49,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/api/types/registry"
 	"github.com/moby/patternmatcher"
@@ -86,6 +88,20 @@ type SandboxNetwork struct {
 	ExtraHosts []string
 }
 
+// Events publishes the events of a build's intermediate containers: one
+// per step that dockerd runs in a container of its own (" ---> Running
+// in ID"). They are not containers here, only their events are.
+type Events interface {
+	// IntermediateName is a name for an intermediate container, dockerd's
+	// random kind.
+	IntermediateName() string
+	// ContainerEvent publishes a container event of intermediate id.
+	ContainerEvent(action events.Action, id string, attrs map[string]string)
+	// NetworkEvent publishes the connect or disconnect of intermediate
+	// containerID to network, a SandboxNetwork.Mode.
+	NetworkEvent(action events.Action, network, containerID string)
+}
+
 // Sandbox is one build VM. Its methods are called one at a time.
 type Sandbox interface {
 	// ApplyLayer adds an OCI layer tar on top of the VM's root.
@@ -113,6 +129,10 @@ type Process struct {
 type Options struct {
 	Images    Images
 	Sandboxes Sandboxes
+	// Events, when set, is told of the intermediate containers dockerd
+	// would make for the steps, so that docker events shows a build as it
+	// does under dockerd.
+	Events Events
 	// StateDir holds the step cache and temporary files of builds.
 	StateDir string
 	Logger   *slog.Logger
@@ -217,8 +237,11 @@ type build struct {
 	opts   BuildOptions
 	out    Output
 	ctxDir *tarIndex
-	ignore *patternmatcher.PatternMatcher
-	shlex  *shell.Lex
+	// current is the intermediate container of the step under way, if
+	// dockerd would have one.
+	current *intermediate
+	ignore  *patternmatcher.PatternMatcher
+	shlex   *shell.Lex
 
 	step, total int
 	meta        map[string]*string // ARGs before the first FROM
@@ -746,15 +769,19 @@ func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, conta
 			}
 		}
 	}
-	cid := ""
+	var ic *intermediate
 	if container {
-		cid = randomID()
-		bd.printf(" ---> Running in %s\n", shortID(cid))
+		ic = bd.newIntermediate(st)
+		bd.printf(" ---> Running in %s\n", shortID(ic.id))
+		ic.event(events.ActionCreate, nil)
 	}
+	bd.current = ic
 	layer, err := make(ctx)
+	bd.current = nil
 	if err != nil {
 		if container && bd.opts.ForceRemove {
-			bd.printf("Removing intermediate container %s\n", shortID(cid))
+			bd.printf("Removing intermediate container %s\n", shortID(ic.id))
+			ic.event(events.ActionDestroy, nil)
 		}
 		return err
 	}
@@ -762,12 +789,54 @@ func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, conta
 		return err
 	}
 	if container && bd.opts.Remove {
-		bd.printf("Removing intermediate container %s\n", shortID(cid))
+		bd.printf("Removing intermediate container %s\n", shortID(ic.id))
+		ic.event(events.ActionDestroy, nil)
 	}
 	if err := bd.b.cache.put(key, st.imageID); err != nil {
 		bd.b.log.Warn("record build cache entry", "err", err)
 	}
 	return nil
+}
+
+// intermediate is a step's intermediate container under dockerd, of
+// which husk has the ID and the events.
+type intermediate struct {
+	id    string
+	attrs map[string]string
+	bd    *build
+}
+
+// newIntermediate is the intermediate container of st's next step: its
+// attributes are those of a container of st's image and configuration.
+func (bd *build) newIntermediate(st *stage) *intermediate {
+	ic := &intermediate{id: randomID(), bd: bd}
+	if ev := bd.b.opts.Events; ev != nil {
+		ic.attrs = map[string]string{"image": st.imageID, "name": ev.IntermediateName()}
+		for k, v := range st.cfg.Config.Labels {
+			if k != "image" && k != "name" {
+				ic.attrs[k] = v
+			}
+		}
+	}
+	return ic
+}
+
+// event publishes a container event of ic, with extra attributes.
+func (ic *intermediate) event(action events.Action, extra map[string]string) {
+	if ic == nil || ic.bd.b.opts.Events == nil {
+		return
+	}
+	ev := ic.bd.b.opts.Events
+	attrs := maps.Clone(ic.attrs)
+	maps.Copy(attrs, extra)
+	ev.ContainerEvent(action, ic.id, attrs)
+}
+
+// network publishes ic's connect or disconnect to the build's network.
+func (ic *intermediate) network(action events.Action) {
+	if ic != nil && ic.bd.b.opts.Events != nil {
+		ic.bd.b.opts.Events.NetworkEvent(action, ic.bd.opts.Network.Mode, ic.id)
+	}
 }
 
 // putLayer stores a layer tar and keeps it held until the build ends.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/moby/moby/api/types/events"
 
 	"github.com/husk-vm/husk/imagebuild"
 	"github.com/husk-vm/husk/rootfs"
@@ -701,5 +703,81 @@ func TestOnBuildOutput(t *testing.T) {
 	}
 	if m[1] == shortID(f.config("trig").ID) {
 		t.Errorf("FROM's ---> names the base %s, not the image the trigger made", m[1])
+	}
+}
+
+// recordedEvents records a build's intermediate-container events as
+// "type action id-prefix attrs".
+type recordedEvents struct{ got []string }
+
+func (r *recordedEvents) IntermediateName() string { return "some_name" }
+
+func (r *recordedEvents) ContainerEvent(action events.Action, id string, attrs map[string]string) {
+	keys := slices.Sorted(maps.Keys(attrs))
+	var kv []string
+	for _, k := range keys {
+		v := attrs[k]
+		if k == "image" {
+			v = "img"
+		}
+		kv = append(kv, k+"="+v)
+	}
+	r.got = append(r.got, fmt.Sprintf("container %s %s", action, strings.Join(kv, ",")))
+}
+
+func (r *recordedEvents) NetworkEvent(action events.Action, network, containerID string) {
+	r.got = append(r.got, fmt.Sprintf("network %s %s", action, network))
+}
+
+// TestIntermediateEvents: the events dockerd's intermediate containers
+// give: a RUN's whole run on the build's network, a metadata step's create
+// and destroy, none for FROM, COPY or a cached step; a failed RUN's
+// container is not destroyed.
+func TestIntermediateEvents(t *testing.T) {
+	f := newFixture(t)
+	ev := &recordedEvents{}
+	f.b.opts.Events = ev
+	df := file{name: "Dockerfile", body: "FROM base\nRUN true\nLABEL a=b\nCOPY f /f\n"}
+	if _, _, err := f.build(BuildOptions{Network: SandboxNetwork{Mode: "mynet"}}, df, file{name: "f", body: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"container create image=img,name=some_name",
+		"container attach image=img,name=some_name",
+		"network connect mynet",
+		"container start image=img,name=some_name",
+		"container die exitCode=0,image=img,name=some_name",
+		"network disconnect mynet",
+		"container destroy image=img,name=some_name",
+		"container create a=b,image=img,name=some_name",
+		"container destroy a=b,image=img,name=some_name",
+	}
+	if !slices.Equal(ev.got, want) {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(ev.got, "\n"), strings.Join(want, "\n"))
+	}
+
+	ev.got = nil
+	if _, _, err := f.build(BuildOptions{Network: SandboxNetwork{Mode: "mynet"}}, df, file{name: "f", body: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.got) != 0 {
+		t.Errorf("a build from the cache gave events: %q", ev.got)
+	}
+
+	ev.got = nil
+	f.vms.next = func() *fakeVM { return &fakeVM{t: t, codes: []int{7}} }
+	if _, _, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: "FROM base\nRUN exit 7\n"}); err == nil {
+		t.Fatal("the failing RUN succeeded")
+	}
+	want = []string{
+		"container create image=img,name=some_name",
+		"container attach image=img,name=some_name",
+		"network connect ",
+		"container start image=img,name=some_name",
+		"container die exitCode=7,image=img,name=some_name",
+		"network disconnect ",
+	}
+	if !slices.Equal(ev.got, want) {
+		t.Errorf("events of a failing RUN:\n%s\nwant:\n%s", strings.Join(ev.got, "\n"), strings.Join(want, "\n"))
 	}
 }

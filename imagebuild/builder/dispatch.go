@@ -13,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/sys/signal"
 
 	"github.com/husk-vm/husk/imagebuild"
@@ -363,7 +364,16 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 		if err != nil {
 			return nil, err
 		}
+		// What dockerd's events show of the step's container running.
+		ic := bd.current
+		ic.event(events.ActionAttach, nil)
+		ic.network(events.ActionConnect)
+		ic.event(events.ActionStart, nil)
 		code, err := vm.Run(ctx, proc, streamWriter{bd.out.Stream, false}, streamWriter{bd.out.Stream, true})
+		if err == nil {
+			ic.event(events.ActionDie, map[string]string{"exitCode": strconv.Itoa(code)})
+			ic.network(events.ActionDisconnect)
+		}
 		if errdefs.IsInvalidArgument(err) {
 			return nil, err // the step's own fault, worded as dockerd words it
 		}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/events"
 
 	"github.com/husk-vm/husk/rootfs"
 	husknet "github.com/husk-vm/husk/runtime/network"
@@ -33,7 +34,10 @@ type BuildVMOptions struct {
 	// Network connects build VMs as dockerd connects its build
 	// containers; nil boots them with loopback only.
 	Network Network
-	Logger  *slog.Logger
+	// Events receives the events of the intermediate containers dockerd
+	// would run a build's steps in (BuildVMs.ContainerEvent).
+	Events EventSink
+	Logger *slog.Logger
 }
 
 // BuildNetwork is how a build VM's RUN steps reach the network: docker
@@ -302,4 +306,30 @@ func (v *BuildVM) Close(ctx context.Context) error {
 	}
 	v.vms.log.Info("build VM stopped", "id", v.id)
 	return nil
+}
+
+// IntermediateName names a build step's intermediate container, as
+// dockerd names any container it is given no name for.
+func (b *BuildVMs) IntermediateName() string { return generateName(0) }
+
+// ContainerEvent publishes an event of a build step's intermediate
+// container. Build VMs are not containers: their steps' events are what
+// docker events shows of dockerd's intermediate containers.
+func (b *BuildVMs) ContainerEvent(action events.Action, id string, attrs map[string]string) {
+	if b.opts.Events != nil {
+		b.opts.Events.Publish(events.ContainerEventType, action, id, attrs)
+	}
+}
+
+// NetworkEvent publishes the connect or disconnect of a step's
+// intermediate container to the build's network, mode as docker build's
+// --network gives it ("" and "default" are the default bridge).
+func (b *BuildVMs) NetworkEvent(action events.Action, mode, containerID string) {
+	if b.opts.Events == nil || b.opts.Network == nil {
+		return
+	}
+	if mode == "" || mode == "default" {
+		mode = "bridge"
+	}
+	publishNetworkEvent(b.opts.Events, b.opts.Network, action, mode, containerID)
 }

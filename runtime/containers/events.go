@@ -45,7 +45,13 @@ func (c *ctr) emitNetworkLocked(action events.Action, netName string) {
 	if c.m.events == nil || c.m.net == nil || netName == "" {
 		return
 	}
-	id, name, err := c.m.net.Resolve(netName)
+	publishNetworkEvent(c.m.events, c.m.net, action, netName, c.rec.ID)
+}
+
+// publishNetworkEvent publishes a network connect or disconnect of
+// containerID, with dockerd's attributes.
+func publishNetworkEvent(sink EventSink, nets Network, action events.Action, netName, containerID string) {
+	id, name, err := nets.Resolve(netName)
 	if err != nil {
 		return
 	}
@@ -53,7 +59,7 @@ func (c *ctr) emitNetworkLocked(action events.Action, netName string) {
 	if name == "none" {
 		typ = "null"
 	}
-	c.m.events.Publish(events.NetworkEventType, action, id, map[string]string{"container": c.rec.ID, "name": name, "type": typ})
+	sink.Publish(events.NetworkEventType, action, id, map[string]string{"container": containerID, "name": name, "type": typ})
 }
 
 // emitResourcesLocked publishes what dockerd does around a run: before
