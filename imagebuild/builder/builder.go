@@ -25,6 +25,13 @@
 //   - The per-step cache (cache.go) keys a step on its parent image, its
 //     history line (build args and source digests included) and the
 //     resulting config.
+//   - What dockerd fetches itself is fetched by the daemon here too: a
+//     remote context (remote.go) and ADD's URLs (download.go). The build
+//     VMs are on the build's network (--network, --add-host), as dockerd's
+//     build containers are.
+//   - dockerd's intermediate containers exist here only as their IDs in the
+//     output and their events (Events), so that docker events shows a build
+//     as it does under dockerd.
 package builder
 
 import (
