@@ -354,7 +354,7 @@ func TestBuildEvents(t *testing.T) {
 		"Dockerfile": "FROM " + img + "\nRUN true\nLABEL e2e-step=label\nCOPY f /f\n",
 		"f":          "x",
 	})
-	since := fmt.Sprint(time.Now().Add(-time.Second).Unix())
+	since := eventsNow()
 	if r := dockerBuild(t, dir, "--no-cache", "-q"); r.Code != 0 {
 		t.Fatalf("build: %+v", r)
 	}

@@ -37,7 +37,7 @@ func TestEvents(t *testing.T) {
 	img := pulled(t, testimages.Busybox)
 	name := containerName(t, "")
 	renamed := containerName(t, "-renamed")
-	since := fmt.Sprint(time.Now().Unix() - 1)
+	since := eventsNow()
 
 	// A live stream, filtered to the container's start events, sees one
 	// that happens after it began.
@@ -157,7 +157,7 @@ func TestEvents(t *testing.T) {
 func TestResourceEvents(t *testing.T) {
 	requireSuite(t)
 	img := pulled(t, testimages.Busybox)
-	since := fmt.Sprint(time.Now().Unix() - 1)
+	since := eventsNow()
 	vol, netName, ctr := namePrefix(t)+"-vol", namePrefix(t)+"-net", containerName(t, "")
 	t.Cleanup(func() { docker(t, "volume", "rm", "-f", vol); docker(t, "network", "rm", netName) })
 
@@ -200,4 +200,12 @@ func TestResourceEvents(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// eventsNow is now as docker events' --since takes it, to the nanosecond:
+// the whole second before, which the tests used to give, took in the last
+// events of the test before (its cleanup's image deletes, say).
+func eventsNow() string {
+	now := time.Now()
+	return fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond())
 }

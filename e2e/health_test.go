@@ -84,7 +84,7 @@ func TestHealthcheck(t *testing.T) {
 		}
 	}
 
-	since := fmt.Sprint(time.Now().Unix() - 1)
+	since := eventsNow()
 	fromImage := containerName(t, "-image")
 	failing := containerName(t, "-failing")
 	slow := containerName(t, "-slow")
