@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/jsonstream"
 )
 
@@ -36,19 +38,11 @@ func (bd *build) download(ctx context.Context, src, dest string) (copySource, er
 	if err != nil {
 		return copySource{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
-	if err != nil {
-		return copySource{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := getURL(ctx, src)
 	if err != nil {
 		return copySource{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= http.StatusBadRequest {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return copySource{}, fmt.Errorf("failed to GET %s with status %s: %s", src, resp.Status, bytes.TrimSpace(body))
-	}
 	name := downloadName(u.Path, resp.Header.Get("Content-Disposition"))
 	if name == "" {
 		if strings.HasSuffix(dest, "/") {
@@ -94,6 +88,42 @@ func (bd *build) download(ctx context.Context, src, dest string) (copySource, er
 		return copySource{}, err
 	}
 	return copySource{tree: tree, path: name, base: name, hidden: func(string) bool { return false }, url: true}, nil
+}
+
+// getURL GETs url from the daemon, as dockerd's GetWithStatusError does
+// for ADD and remote contexts: a 4xx or 5xx answer is the error "failed
+// to GET url with status S: body", classed by its status, and a name that
+// does not resolve is not found.
+func getURL(ctx context.Context, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) && !dnsErr.IsTimeout {
+			return nil, errdefs.ErrNotFound.WithMessage(err.Error())
+		}
+		return nil, err
+	}
+	if resp.StatusCode < http.StatusBadRequest {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	msg := fmt.Sprintf("failed to GET %s with status %s: %s", url, resp.Status, bytes.TrimSpace(body))
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return nil, errdefs.ErrNotFound.WithMessage(msg)
+	case http.StatusBadRequest:
+		return nil, errdefs.ErrInvalidArgument.WithMessage(msg)
+	case http.StatusUnauthorized:
+		return nil, errdefs.ErrUnauthenticated.WithMessage(msg)
+	case http.StatusForbidden:
+		return nil, errdefs.ErrPermissionDenied.WithMessage(msg)
+	}
+	return nil, errors.New(msg)
 }
 
 // downloadName is the name a download gets: the last element of the URL's

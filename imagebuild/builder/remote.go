@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -53,34 +52,9 @@ func (bd *build) remoteContext(ctx context.Context, remote string) (io.ReadClose
 
 // urlContext downloads a remote context.
 func (bd *build) urlContext(ctx context.Context, remote string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, remote, nil)
+	resp, err := getURL(ctx, remote)
 	if err != nil {
 		return nil, fmt.Errorf("error downloading remote context %s: %w", remote, err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		msg := fmt.Sprintf("error downloading remote context %s: %v", remote, err)
-		var dnsErr *net.DNSError
-		if errors.As(err, &dnsErr) && !dnsErr.IsTimeout {
-			return nil, errdefs.ErrNotFound.WithMessage(msg)
-		}
-		return nil, errors.New(msg)
-	}
-	if resp.StatusCode >= http.StatusBadRequest {
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		msg := fmt.Sprintf("error downloading remote context %s: failed to GET %s with status %s: %s", remote, remote, resp.Status, bytes.TrimSpace(body))
-		switch resp.StatusCode {
-		case http.StatusNotFound:
-			return nil, errdefs.ErrNotFound.WithMessage(msg)
-		case http.StatusBadRequest:
-			return nil, errdefs.ErrInvalidArgument.WithMessage(msg)
-		case http.StatusUnauthorized:
-			return nil, errdefs.ErrUnauthenticated.WithMessage(msg)
-		case http.StatusForbidden:
-			return nil, errdefs.ErrPermissionDenied.WithMessage(msg)
-		}
-		return nil, errors.New(msg)
 	}
 	// dockerd's message has these the other way round from ADD's: the
 	// URL as the status, the action as the id.
