@@ -323,13 +323,16 @@ func (b *BuildVMs) ContainerEvent(action events.Action, id string, attrs map[str
 
 // NetworkEvent publishes the connect or disconnect of a step's
 // intermediate container to the build's network, mode as docker build's
-// --network gives it ("" and "default" are the default bridge).
+// --network gives it: the network the build VM was attached to (attach).
 func (b *BuildVMs) NetworkEvent(action events.Action, mode, containerID string) {
 	if b.opts.Events == nil || b.opts.Network == nil {
 		return
 	}
-	if mode == "" || mode == "default" {
-		mode = "bridge"
+	nets, err := b.opts.Network.Configure(mode, nil)
+	if err != nil {
+		return
 	}
-	publishNetworkEvent(b.opts.Events, b.opts.Network, action, mode, containerID)
+	for name := range nets {
+		publishNetworkEvent(b.opts.Events, b.opts.Network, action, name, containerID)
+	}
 }
