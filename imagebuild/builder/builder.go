@@ -244,11 +244,8 @@ type build struct {
 	opts   BuildOptions
 	out    Output
 	ctxDir *tarIndex
-	// current is the intermediate container of the step under way, if
-	// dockerd would have one.
-	current *intermediate
-	ignore  *patternmatcher.PatternMatcher
-	shlex   *shell.Lex
+	ignore *patternmatcher.PatternMatcher
+	shlex  *shell.Lex
 
 	step, total int
 	meta        map[string]*string // ARGs before the first FROM
@@ -758,8 +755,9 @@ func (st *stage) commit(ctx context.Context, bd *build, createdBy string, layer 
 // runStep runs one step through the cache: a hit loads the cached image
 // and prints " ---> Using cache"; a miss runs make (which returns the
 // step's layer, or nil) and commits. container says whether dockerd would
-// have made an intermediate container for the step, which it reports.
-func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, container bool, make func(ctx context.Context) (*imagebuild.LayerInfo, error)) error {
+// have made an intermediate container for the step, which it reports and
+// hands to make (nil when there is none).
+func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, container bool, make func(ctx context.Context, ic *intermediate) (*imagebuild.LayerInfo, error)) error {
 	cfgJSON, err := json.Marshal(st.cfg.Config)
 	if err != nil {
 		return fmt.Errorf("encode config: %w", err)
@@ -782,9 +780,7 @@ func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, conta
 		bd.printf(" ---> Running in %s\n", shortID(ic.id))
 		ic.event(events.ActionCreate, nil)
 	}
-	bd.current = ic
-	layer, err := make(ctx)
-	bd.current = nil
+	layer, err := make(ctx, ic)
 	if err != nil {
 		if container && bd.opts.ForceRemove {
 			bd.printf("Removing intermediate container %s\n", shortID(ic.id))

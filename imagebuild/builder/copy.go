@@ -139,7 +139,7 @@ func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error 
 		chownComment = "--chown=" + req.chown
 	}
 	comment := fmt.Sprintf("%s %s%s%s in %s ", req.name, chownComment, kind, spool.key, dest)
-	return bd.runStep(ctx, st, nopComment(st, comment, true), false, func(ctx context.Context) (*imagebuild.LayerInfo, error) {
+	return bd.runStep(ctx, st, nopComment(st, comment, true), false, func(ctx context.Context, _ *intermediate) (*imagebuild.LayerInfo, error) {
 		if spool.diffID == emptyTarDiffID {
 			return nil, nil
 		}

@@ -45,7 +45,7 @@ func nopComment(st *stage, comment string, oneArg bool) string {
 
 // meta commits a step that only changes the config.
 func (bd *build) metaStep(ctx context.Context, st *stage, comment string) error {
-	return bd.runStep(ctx, st, nopComment(st, comment, false), true, func(context.Context) (*imagebuild.LayerInfo, error) {
+	return bd.runStep(ctx, st, nopComment(st, comment, false), true, func(context.Context, *intermediate) (*imagebuild.LayerInfo, error) {
 		return nil, nil
 	})
 }
@@ -285,7 +285,7 @@ func (bd *build) workdir(ctx context.Context, st *stage, cmd *instructions.Workd
 	}
 	dir = path.Clean(dir)
 	st.cfg.Config.WorkingDir = dir
-	return bd.runStep(ctx, st, nopComment(st, "WORKDIR "+dir, true), true, func(ctx context.Context) (*imagebuild.LayerInfo, error) {
+	return bd.runStep(ctx, st, nopComment(st, "WORKDIR "+dir, true), true, func(ctx context.Context, _ *intermediate) (*imagebuild.LayerInfo, error) {
 		fs, err := bd.fsIndex(ctx, st)
 		if err != nil {
 			return nil, err
@@ -359,13 +359,12 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 		Cwd:  c.WorkingDir,
 		User: c.User,
 	}
-	return bd.runStep(ctx, st, createdBy, true, func(ctx context.Context) (*imagebuild.LayerInfo, error) {
+	return bd.runStep(ctx, st, createdBy, true, func(ctx context.Context, ic *intermediate) (*imagebuild.LayerInfo, error) {
 		vm, err := bd.sandbox(ctx, st)
 		if err != nil {
 			return nil, err
 		}
 		// What dockerd's events show of the step's container running.
-		ic := bd.current
 		ic.event(events.ActionAttach, nil)
 		ic.network(events.ActionConnect)
 		ic.event(events.ActionStart, nil)
