@@ -388,9 +388,10 @@ func (p *cinitProgram) cinitContainer(cfg initConfig, binds []etcBind, fds cinit
 		target := filepath.Join(cfg.Root, filepath.Clean("/"+path))
 		p.op(cinitReadonlyPath, wrap("make %s read-only", path), cstr(target))
 	}
+	null := filepath.Join(dev, "null")
 	for _, path := range cfg.MaskedPaths {
 		target := filepath.Join(cfg.Root, filepath.Clean("/"+path))
-		p.op(cinitMaskPath, wrap("mask %s", path), cstr(target))
+		p.op(cinitMaskPath, wrap("mask %s", path), cstr(null), cstr(target))
 	}
 	if cfg.InitBinary != "" {
 		p.op(cinitOpen, pathErr("open init binary", "open", cfg.InitBinary), cstr(cfg.InitBinary), cnum(fds.initBinary))

@@ -120,7 +120,8 @@ func TestMainProcessStart(t *testing.T) {
 	run(plain, tests)
 	run(withInit, initCases)
 
-	// As runc: a masked file reads empty, a masked directory lists
+	// As runc: a masked file reads empty (the container's /dev/null, so
+	// its mount is of /dev's filesystem), a masked directory lists
 	// nothing and takes no writes, a read-only path takes no writes, and
 	// a path the guest lacks is skipped.
 	masked := newAgent(&proto.ContainerSettings{
@@ -129,8 +130,9 @@ func TestMainProcessStart(t *testing.T) {
 	})
 	run(masked, []startCase{{name: "masked and read-only paths", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
 		"wc -c </proc/version; ls /proc/sys/fs | wc -l; touch /proc/sys/fs/x 2>&1 | grep -o 'Read-only file system'; " +
-			"(echo 1 >/proc/sys/kernel/ns_last_pid) 2>&1 | grep -o 'Read-only file system'; grep ' /proc/sys ' /proc/mounts | cut -d' ' -f4"}},
-		stdout: "0\n0\nRead-only file system\nRead-only file system\nro,nosuid,nodev,noexec,relatime\n"}})
+			"(echo 1 >/proc/sys/kernel/ns_last_pid) 2>&1 | grep -o 'Read-only file system'; grep ' /proc/sys ' /proc/mounts | cut -d' ' -f4; " +
+			"[ \"$(grep ' /proc/version ' /proc/mounts | cut -d' ' -f1,3,4)\" = \"$(grep ' /dev ' /proc/mounts | cut -d' ' -f1,3,4)\" ] && echo null"}},
+		stdout: "0\n0\nRead-only file system\nRead-only file system\nro,nosuid,nodev,noexec,relatime\nnull\n"}})
 }
 
 // TestDockerInit: under --init the C init's binary is PID 1 as tini would

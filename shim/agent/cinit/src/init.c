@@ -90,7 +90,7 @@ enum {
 	OP_NO_NEW_PRIVS,  /* set no_new_privs: execve grants no privileges (--security-opt no-new-privileges) */
 	OP_SETDOMAINNAME, /* name */
 	OP_OOM_SCORE_ADJ, /* value, as text, written to /proc/self/oom_score_adj */
-	OP_MASK_PATH,     /* path: hide it, as runc's maskPath; a missing one is no error */
+	OP_MASK_PATH,     /* null, path: hide it, as runc's maskPath; a missing one is no error */
 	OP_READONLY_PATH, /* path: make it read-only, as runc's readonlyPath; a missing one is no error */
 };
 
@@ -297,12 +297,14 @@ static int run(struct reader *r, mode_t umask_before)
 		return r->bad ? -2 : setdomainname(name, strlen(name));
 	}
 	case OP_MASK_PATH: {
-		/* A file goes behind /dev/null, a directory behind an empty
+		/* A file goes behind the container's /dev/null (null), as
+		 * runc binds it after its pivot, a directory behind an empty
 		 * read-only tmpfs. */
+		const char *null = str(r);
 		const char *path = str(r);
 		if (r->bad)
 			return -2;
-		if (mount("/dev/null", path, NULL, MS_BIND, NULL) == 0 || errno == ENOENT)
+		if (mount(null, path, NULL, MS_BIND, NULL) == 0 || errno == ENOENT)
 			return 0;
 		if (errno != ENOTDIR)
 			return -1;
