@@ -2,13 +2,16 @@ package apicompat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/husk-vm/husk/runtime/timestamp"
 	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/image"
@@ -145,23 +148,9 @@ func (s *server) postBuildPrune(ctx context.Context, w http.ResponseWriter, r *h
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(filters))
-	for k := range filters {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if !buildPruneFilters[k] {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter '%s'", k))
-		}
-	}
-	if len(filters["until"]) > 0 && len(filters["unused-for"]) > 0 {
-		return errdefs.ErrInvalidArgument.WithMessage(`conflicting filters: "until" and "unused-for"`)
-	}
-	for k, vs := range filters {
-		if len(vs) > 1 && !strings.HasPrefix(k, "label") {
-			return errdefs.ErrInvalidArgument.WithMessage("filters expect only one value")
-		}
+	if err := checkBuildPruneFilters(filters); err != nil {
+		// moby's builder backend wraps whatever its prune refuses.
+		return errdefs.ErrInvalidArgument.WithMessage("failed to prune build cache: " + err.Error())
 	}
 	bc, ok := s.cfg.Builder.(BuildCache)
 	if !ok {
@@ -173,6 +162,44 @@ func (s *server) postBuildPrune(ctx context.Context, w http.ResponseWriter, r *h
 		return err
 	}
 	return writeJSON(w, http.StatusOK, report)
+}
+
+// checkBuildPruneFilters checks filters as moby's BuildKit backend does
+// before it prunes.
+func checkBuildPruneFilters(filters map[string][]string) error {
+	names := make([]string, 0, len(filters))
+	for k := range filters {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !buildPruneFilters[k] {
+			return fmt.Errorf("invalid filter '%s'", k)
+		}
+	}
+	until, unusedFor := filters["until"], filters["unused-for"]
+	if len(until) > 0 && len(unusedFor) > 0 {
+		return errors.New(`conflicting filters: "until" and "unused-for"`)
+	}
+	key := "until"
+	if len(unusedFor) > 0 {
+		key, until = "unused-for", unusedFor
+	}
+	switch len(until) {
+	case 0:
+	case 1:
+		if _, err := timestamp.Parse(until[0], time.Now()); err != nil {
+			return fmt.Errorf("%q filter expects a duration (e.g., '24h') or a timestamp: %w", key, err)
+		}
+	default:
+		return errors.New("filters expect only one value")
+	}
+	for _, k := range names {
+		if len(filters[k]) > 1 && !strings.HasPrefix(k, "label") {
+			return errors.New("filters expect only one value")
+		}
+	}
+	return nil
 }
 
 // inspectSize adds SizeRw and SizeRootFs to an inspect answer when the

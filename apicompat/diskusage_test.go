@@ -98,10 +98,13 @@ func TestDiskUsageAndBuildPrune(t *testing.T) {
 		{"GET", "/v1.50/system/df?type=bogus", 400, jsonError("unknown object type: bogus")},
 		{"POST", "/v1.50/build/prune", 200, `{"CachesDeleted":null,"SpaceReclaimed":0}` + "\n"},
 		{"POST", `/v1.50/build/prune?all=1&filters={"label":["a=b"],"until":["10m"]}`, 200, `{"CachesDeleted":null,"SpaceReclaimed":0}` + "\n"},
-		{"POST", `/v1.50/build/prune?filters={"bogus":["1"]}`, 400, jsonError("invalid filter 'bogus'")},
-		{"POST", `/v1.50/build/prune?filters={"mutable":["1"]}`, 400, jsonError("invalid filter 'mutable'")},
-		{"POST", `/v1.50/build/prune?filters={"until":["1h"],"unused-for":["2h"]}`, 400, jsonError(`conflicting filters: "until" and "unused-for"`)},
-		{"POST", `/v1.50/build/prune?filters={"id":["a","b"]}`, 400, jsonError("filters expect only one value")},
+		{"POST", `/v1.50/build/prune?filters={"bogus":["1"]}`, 400, jsonError("failed to prune build cache: invalid filter 'bogus'")},
+		{"POST", `/v1.50/build/prune?filters={"mutable":["1"]}`, 400, jsonError("failed to prune build cache: invalid filter 'mutable'")},
+		{"POST", `/v1.50/build/prune?filters={"until":["1h"],"unused-for":["2h"]}`, 400, jsonError(`failed to prune build cache: conflicting filters: "until" and "unused-for"`)},
+		{"POST", `/v1.50/build/prune?filters={"id":["a","b"]}`, 400, jsonError("failed to prune build cache: filters expect only one value")},
+		{"POST", `/v1.50/build/prune?filters={"until":["1h","2h"]}`, 400, jsonError("failed to prune build cache: filters expect only one value")},
+		{"POST", `/v1.50/build/prune?filters={"unused-for":["bogus"],"id":["a","b"]}`, 400,
+			jsonError(`failed to prune build cache: "unused-for" filter expects a duration (e.g., '24h') or a timestamp: failed to parse value as time or duration: "bogus"`)},
 		{"GET", "/v1.50/containers/web/json?size=1", 200, ""},
 	} {
 		r := env.do(t, tt.method, tt.path, "", nil)

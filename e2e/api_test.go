@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/husk-vm/husk/e2e/harness"
 )
 
 // apiResult is one raw Engine API answer.
@@ -68,6 +70,16 @@ func apiJSON(t *testing.T, method, path, body string, wantStatus int, out any) {
 			t.Fatalf("%s %s: decode %q: %v", method, path, r.Body, err)
 		}
 	}
+}
+
+// unknownFilter is the daemon's error for a filter it does not take:
+// dockerd >= 23 words it in lower case, as huskd does; 20.10, the
+// reference here, capitalised it.
+func unknownFilter(name string) string {
+	if suite.Kind == harness.Dockerd {
+		return "Invalid filter '" + name + "'"
+	}
+	return "invalid filter '" + name + "'"
 }
 
 // errorMessage is dockerd's JSON error body for msg.

@@ -425,6 +425,7 @@ var allowed = []allowance{
 	{"run ipc bogus", "stderr", `dockerd >= 23 says "invalid IPC mode: bogus"; 20.10 capitalises it`, false},
 	{"run isolation process", "stderr", `dockerd >= 23 says "invalid isolation (process): linux only supports 'default'"; 20.10 "Invalid isolation: \"process\" - linux only supports 'default'"`, false},
 	{"ps bad filter", "stderr", `dockerd >= 23 says "invalid filter 'bogus'"; 20.10 capitalises it`, false},
+	{"volume ls dangling bad value", "stderr", `dockerd >= 23 says "invalid filter 'dangling=[TRUE]'"; 20.10 capitalises it`, false},
 	{"image inspect unknown", "stderr", `dockerd 20.10 repeats itself ("no such image: X: No such image: X"); later versions say "No such image: X"`, false},
 	{"inspect wrong type", "stderr", `dockerd 20.10 repeats itself ("no such image: X: No such image: X"); later versions say "No such image: X"`, false},
 	{"run tmpfs", "stdout", "the mount options are the kernel's: the guest's 6.1 kernel lists tmpfs's inode64, the reference's host kernel does not", false},

@@ -153,7 +153,7 @@ func TestSystemDF(t *testing.T) {
 		args []string
 		want result
 	}{
-		{[]string{"--filter", "bogus=1"}, result{Code: 1, Stderr: "Error response from daemon: Invalid filter 'bogus'\n"}},
+		{[]string{"--filter", "bogus=1"}, result{Code: 1, Stderr: "Error response from daemon: " + unknownFilter("bogus") + "\n"}},
 		{[]string{"--volumes", "--filter", "label=e2e.df=nope"}, result{Stdout: "Total reclaimed space: 0B\n"}},
 	} {
 		if r := docker(t, append([]string{"system", "prune", "-f"}, tt.args...)...); r != tt.want {

@@ -191,7 +191,7 @@ func TestPruneAndWaitConditions(t *testing.T) {
 		t.Errorf("wait removed = %s", got)
 	}
 	if r := api(t, "POST", "/containers/prune?filters=%7B%22bogus%22%3A%5B%22x%22%5D%7D", ""); r.Status != http.StatusBadRequest ||
-		r.Body != errorMessage("Invalid filter 'bogus'") {
+		r.Body != errorMessage(unknownFilter("bogus")) {
 		t.Errorf("prune with a bad filter = %d %q", r.Status, r.Body)
 	}
 	var report struct{ ContainersDeleted []string }

@@ -38,7 +38,7 @@ func TestImagePrune(t *testing.T) {
 		args []string
 		want result
 	}{
-		{[]string{"--filter", "bogus=1"}, result{Code: 1, Stderr: "Error response from daemon: Invalid filter 'bogus'\n"}},
+		{[]string{"--filter", "bogus=1"}, result{Code: 1, Stderr: "Error response from daemon: " + unknownFilter("bogus") + "\n"}},
 		{[]string{"--filter", "label=e2e.prune=nope"}, nothing},
 		{[]string{"--filter", "label=e2e.prune=1"}, result{Stdout: "Deleted Images:\ndeleted: " + dangling + "\n\nTotal reclaimed space: 0B\n"}},
 		{[]string{"--filter", "label=e2e.prune=1"}, nothing},

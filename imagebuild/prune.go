@@ -32,7 +32,7 @@ func (s *Service) Prune(ctx context.Context, filters map[string][]string, remove
 	rep := image.PruneReport{ImagesDeleted: []image.DeleteResponse{}}
 	for k := range filters {
 		if !acceptedPruneFilters[k] {
-			return rep, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter '%s'", k))
+			return rep, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter '%s'", k))
 		}
 	}
 	// dockerd 20.10 takes anything but false as true here.

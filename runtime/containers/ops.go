@@ -418,7 +418,7 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (container.Prune
 			}
 			until = t
 		default:
-			return container.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage("Invalid filter '" + k + "'")
+			return container.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage("invalid filter '" + k + "'")
 		}
 	}
 	all := m.all()

@@ -393,7 +393,7 @@ var listFilters = map[string]bool{"dangling": true, "driver": true, "label": tru
 func (s *Store) List(ctx context.Context, filters map[string][]string) (volume.ListResponse, error) {
 	for k := range filters {
 		if !listFilters[k] {
-			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter '%s'", k))
+			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter '%s'", k))
 		}
 	}
 	dangling, hasDangling := filters["dangling"]
@@ -403,7 +403,7 @@ func (s *Store) List(ctx context.Context, filters map[string][]string) (volume.L
 		isTrue := slices.Contains(dangling, "true") || slices.Contains(dangling, "1")
 		isFalse := slices.Contains(dangling, "false") || slices.Contains(dangling, "0")
 		if isTrue == isFalse {
-			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter 'dangling=%v'", dangling))
+			return volume.ListResponse{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'dangling=%v'", dangling))
 		}
 		danglingOnly = isTrue
 	}
@@ -423,16 +423,6 @@ func (s *Store) sortedNames() []string {
 	names := slices.Collect(maps.Keys(s.vols))
 	sort.Strings(names)
 	return names
-}
-
-func parseBool(v string) (bool, error) {
-	switch strings.ToLower(v) {
-	case "1", "true":
-		return true, nil
-	case "0", "false":
-		return false, nil
-	}
-	return false, errors.New("not a boolean")
 }
 
 // matches applies list filters: values of one key are alternatives, keys
@@ -523,16 +513,19 @@ var pruneFilters = map[string]bool{"label": true, "label!": true, "all": true}
 func (s *Store) Prune(ctx context.Context, filters map[string][]string) (volume.PruneReport, error) {
 	for k := range filters {
 		if !pruneFilters[k] {
-			return volume.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter '%s'", k))
+			return volume.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter '%s'", k))
 		}
 	}
 	all := false
-	for _, v := range filters["all"] {
-		b, err := parseBool(v)
-		if err != nil {
-			return volume.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid filter 'all=%s'", v))
+	switch vs := filters["all"]; len(vs) {
+	case 0:
+	case 1:
+		var err error
+		if all, err = strconv.ParseBool(vs[0]); err != nil {
+			return volume.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'all': %v", err))
 		}
-		all = all || b
+	default:
+		return volume.PruneReport{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid filter 'all=%s': only one value is expected", vs))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

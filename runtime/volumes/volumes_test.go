@@ -211,16 +211,28 @@ func TestPruneAndFilters(t *testing.T) {
 			t.Errorf("list %v: %v, %v; want %v", tt.filters, names(list.Volumes), err, tt.want)
 		}
 	}
-	if _, err := s.List(ctx, map[string][]string{"foo": {"bar"}}); !errdefs.IsInvalidArgument(err) || err.Error() != "Invalid filter 'foo'" {
+	if _, err := s.List(ctx, map[string][]string{"foo": {"bar"}}); !errdefs.IsInvalidArgument(err) || err.Error() != "invalid filter 'foo'" {
 		t.Errorf("unknown filter: %v", err)
 	}
 	for _, vals := range [][]string{{"maybe"}, {"TRUE"}, {"true", "0"}} {
-		want := fmt.Sprintf("Invalid filter 'dangling=%v'", vals)
+		want := fmt.Sprintf("invalid filter 'dangling=%v'", vals)
 		if _, err := s.List(ctx, map[string][]string{"dangling": vals}); !errdefs.IsInvalidArgument(err) || err.Error() != want {
 			t.Errorf("dangling=%v: %v, want %s", vals, err, want)
 		}
 	}
 
+	for _, tt := range []struct {
+		filters map[string][]string
+		want    string
+	}{
+		{map[string][]string{"bogus": {"1"}}, "invalid filter 'bogus'"},
+		{map[string][]string{"all": {"maybe"}}, `invalid filter 'all': strconv.ParseBool: parsing "maybe": invalid syntax`},
+		{map[string][]string{"all": {"true", "false"}}, "invalid filter 'all=[true false]': only one value is expected"},
+	} {
+		if _, err := s.Prune(ctx, tt.filters); !errdefs.IsInvalidArgument(err) || err.Error() != tt.want {
+			t.Errorf("prune %v: %v, want %s", tt.filters, err, tt.want)
+		}
+	}
 	rep, err := s.Prune(ctx, nil)
 	if err != nil || !slices.Equal(rep.VolumesDeleted, []string{anon.Name}) || rep.SpaceReclaimed != 100 {
 		t.Errorf("prune without all: %+v, %v; want only the anonymous volume, 100 bytes", rep, err)
