@@ -652,6 +652,20 @@ func TestCopyCacheIgnoresMtime(t *testing.T) {
 	}
 }
 
+// TestCopyHistoryDest: a COPY's history names its destination as the
+// Dockerfile wrote it, as dockerd's does, not the path it resolved to.
+func TestCopyHistoryDest(t *testing.T) {
+	f := newFixture(t)
+	_, id, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: "FROM scratch\nWORKDIR /w\nCOPY a .\n"}, file{name: "a", body: "a\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.config(id).Config.History
+	if len(h) == 0 || !regexp.MustCompile(`^/bin/sh -c #\(nop\) COPY file:[0-9a-f]{64} in \. $`).MatchString(h[len(h)-1].CreatedBy) {
+		t.Errorf("history = %+v, want the last step to be COPY file:<hash> in . ", h)
+	}
+}
+
 // TestArgsEscapedCleared: dockerd's builder on Linux clears ArgsEscaped,
 // a Windows notion, on CMD and ENTRYPOINT, whatever the base image said.
 func TestArgsEscapedCleared(t *testing.T) {

@@ -138,7 +138,8 @@ func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error 
 	if req.chown != "" {
 		chownComment = "--chown=" + req.chown
 	}
-	comment := fmt.Sprintf("%s %s%s%s in %s ", req.name, chownComment, kind, spool.key, dest)
+	// The destination as written, as dockerd's comment has it.
+	comment := fmt.Sprintf("%s %s%s%s in %s ", req.name, chownComment, kind, spool.key, req.sd.DestPath)
 	return bd.runStep(ctx, st, nopComment(st, comment, true), false, func(ctx context.Context, _ *intermediate) (*imagebuild.LayerInfo, error) {
 		if spool.diffID == emptyTarDiffID {
 			return nil, nil
