@@ -118,6 +118,8 @@ func TestExec(t *testing.T) {
 		{"POST", "/exec/nope/resize?h=1&w=1", "", http.StatusNotFound, "No such exec instance: nope"},
 		{"POST", "/containers/" + name + "/exec", "{}", http.StatusBadRequest, "No exec command specified"},
 		{"POST", "/containers/nope/exec", `{"Cmd":["true"]}`, http.StatusNotFound, "No such container: nope"},
+		// Not attach's wording, and not marked as the client's fault.
+		{"POST", "/containers/" + name + "/exec", `{"Cmd":["true"],"DetachKeys":"bogus"}`, http.StatusInternalServerError, "Invalid escape keys (bogus) provided"},
 	} {
 		if r := api(t, tt.method, tt.path, tt.body); r.Status != tt.status || r.Body != errorMessage(tt.msg) {
 			t.Errorf("%s %s = %d %q, want %d %q", tt.method, tt.path, r.Status, r.Body, tt.status, tt.msg)

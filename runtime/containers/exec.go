@@ -118,11 +118,13 @@ func (m *Manager) ExecCreate(ctx context.Context, ref string, opts ExecOptions) 
 	if len(opts.Cmd) == 0 {
 		return "", errdefs.ErrInvalidArgument.WithMessage("No exec command specified")
 	}
-	if _, err := ParseDetachKeys(opts.DetachKeys); err != nil {
-		return "", err
-	}
 	if err := c.checkExecutable(ref); err != nil {
 		return "", err
+	}
+	if _, err := ParseDetachKeys(opts.DetachKeys); err != nil {
+		// dockerd's exec words it apart from attach, and as an error of
+		// its own (a 500).
+		return "", errdefs.ErrUnknown.WithMessage("Invalid escape keys (" + opts.DetachKeys + ") provided")
 	}
 	linkEnv, err := c.linkEnv()
 	if err != nil {
