@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -146,6 +147,12 @@ func (m *Manager) Connect(ctx context.Context, ref, netRef string, cfg *network.
 		return err
 	}
 	eps, err := m.net.Configure(name, map[string]*network.EndpointSettings{name: cfg})
+	var invalid husknet.EndpointErrors
+	if errors.As(err, &invalid) && len(invalid) == 1 {
+		// dockerd's connect reports the settings without naming the
+		// network, as create does.
+		return errdefs.ErrInvalidArgument.WithMessage(invalid[0].Err.Error())
+	}
 	if err != nil {
 		return err
 	}

@@ -161,6 +161,7 @@ func (m *Manager) Configure(mode string, endpoints map[string]*network.EndpointS
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string]*network.EndpointSettings{}
+	var invalid EndpointErrors // reported together, as dockerd does
 	add := func(ref string, cfg *network.EndpointSettings) error {
 		n, err := m.lookupLocked(ref)
 		if err != nil {
@@ -173,16 +174,8 @@ func (m *Manager) Configure(mode string, endpoints map[string]*network.EndpointS
 		if cfg != nil {
 			ep = cfg.Copy()
 		}
-		if len(ep.Aliases) > 0 && (n.rec.Name == BridgeName || n.rec.Driver == driverNull) {
-			return errdefs.ErrInvalidArgument.WithMessage("network-scoped alias is supported only for containers in user defined networks")
-		}
-		if ep.IPAMConfig != nil && ep.IPAMConfig.IPv4Address.IsValid() {
-			if n.rec.Name == BridgeName {
-				return errdefs.ErrInvalidArgument.WithMessage("user specified IP address is supported on user defined networks only")
-			}
-			if n.pool == nil || !n.rec.Subnet.Contains(ep.IPAMConfig.IPv4Address) {
-				return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no configured subnet or ip-range contain the IP address %s", ep.IPAMConfig.IPv4Address))
-			}
+		if err := checkEndpoint(n, ep); err != nil {
+			invalid = append(invalid, &EndpointError{Network: n.rec.Name, Err: err})
 		}
 		ep.NetworkID = n.rec.ID
 		out[n.rec.Name] = ep
@@ -200,6 +193,9 @@ func (m *Manager) Configure(mode string, endpoints map[string]*network.EndpointS
 			return nil, err
 		}
 	}
+	if len(invalid) > 0 {
+		return nil, invalid
+	}
 	if _, none := out[NoneName]; none && len(out) > 1 {
 		return nil, errdefs.ErrInvalidArgument.WithMessage("container cannot be disconnected from network none and connected to other networks")
 	}
@@ -207,6 +203,82 @@ func (m *Manager) Configure(mode string, endpoints map[string]*network.EndpointS
 		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("a container can join at most %d networks", maxInterfaces))
 	}
 	return out, nil
+}
+
+// EndpointError is a network's endpoint settings that dockerd refuses
+// (validateEndpointSettings); Err is what `docker network connect`
+// reports, Error what create does.
+type EndpointError struct {
+	Network string
+	Err     error
+}
+
+func (e *EndpointError) Error() string {
+	return fmt.Sprintf("invalid config for network %s: %v", e.Network, e.Err)
+}
+
+func (e *EndpointError) Unwrap() error { return e.Err }
+
+// EndpointErrors are the networks whose endpoint settings a create
+// refuses; the client's fault (a 400).
+type EndpointErrors []*EndpointError
+
+func (e EndpointErrors) Error() string {
+	errs := make([]error, len(e))
+	for i, err := range e {
+		errs[i] = err
+	}
+	return joinErrors(errs)
+}
+
+// InvalidParameter marks the errors as the client's (errdefs).
+func (EndpointErrors) InvalidParameter() {}
+
+// checkEndpoint checks ep against n as dockerd's validateEndpointSettings
+// does (moby v28), with all it finds in one error.
+func checkEndpoint(n *netState, ep *network.EndpointSettings) error {
+	var errs []error
+	var ip netip.Addr
+	if ep.IPAMConfig != nil {
+		ip = ep.IPAMConfig.IPv4Address
+	}
+	if n.rec.predefined() {
+		if ip.IsValid() {
+			errs = append(errs, errors.New("user specified IP address is supported on user defined networks only"))
+		}
+		if len(ep.Aliases) > 0 {
+			errs = append(errs, errors.New("network-scoped alias is supported only for containers in user defined networks"))
+		}
+	}
+	if ip.IsValid() && (!ip.Is4() || ip.IsUnspecified()) {
+		errs = append(errs, fmt.Errorf("invalid IPv4 address: %s", ip))
+	}
+	// dockerd's default bridge has a configured subnet (its bridge's), so
+	// only the null driver's network and subnets husk chose have none.
+	switch {
+	case !ip.IsValid() || n.rec.Name == BridgeName:
+	case n.pool == nil || n.rec.AutoSubnet:
+		errs = append(errs, errors.New("user specified IP address is supported only when connecting to networks with user configured subnets"))
+	case !n.rec.Subnet.Contains(ip):
+		errs = append(errs, fmt.Errorf("no configured subnet or ip-range contain the IP address %s", ip))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New("invalid endpoint settings:\n" + joinErrors(errs))
+}
+
+// joinErrors words errs as moby's multierror.Join: one as it is, more as
+// a list.
+func joinErrors(errs []error) string {
+	if len(errs) == 1 {
+		return strings.TrimSpace(errs[0].Error())
+	}
+	lines := make([]string, len(errs))
+	for i, err := range errs {
+		lines[i] = strings.ReplaceAll(err.Error(), "\n", "\n\t")
+	}
+	return "* " + strings.Join(lines, "\n* ")
 }
 
 // Attach connects a starting container: addresses, TAPs on the networks'

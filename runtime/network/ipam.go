@@ -22,8 +22,8 @@ type pool struct {
 }
 
 // newPool makes the pool of a subnet; a valid ipRange (inside the subnet)
-// narrows what allocate hands out to it, without its first address, as
-// libnetwork's IPAM hands out a range.
+// narrows what allocate hands out to it, as libnetwork's IPAM hands out a
+// range: from its first address, unless that is the subnet's own.
 func newPool(subnet netip.Prefix, gateway netip.Addr, ipRange netip.Prefix) (*pool, error) {
 	subnet = subnet.Masked()
 	if !subnet.Addr().Is4() {
@@ -40,7 +40,7 @@ func newPool(subnet netip.Prefix, gateway netip.Addr, ipRange netip.Prefix) (*po
 		if ipRange = ipRange.Masked(); ipRange.Bits() < subnet.Bits() || !subnet.Contains(ipRange.Addr()) {
 			return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no matching subnet for range %s", ipRange))
 		}
-		p.first = ipRange.Addr().Next()
+		p.first = firstInRange(subnet, ipRange)
 		if l := lastAddr(ipRange); l.Less(p.last) {
 			p.last = l
 		}
@@ -78,6 +78,15 @@ func (p *pool) claim(a netip.Addr, owner string) error {
 	}
 	p.used[a] = owner
 	return nil
+}
+
+// firstInRange is the first address of ipRange a container or gateway may
+// have: the subnet's own address is never handed out.
+func firstInRange(subnet, ipRange netip.Prefix) netip.Addr {
+	if a := ipRange.Masked().Addr(); a != subnet.Masked().Addr() {
+		return a
+	}
+	return subnet.Masked().Addr().Next()
 }
 
 // release frees a when owner holds it.

@@ -99,18 +99,19 @@ func TestLastAddrAndMAC(t *testing.T) {
 	}
 }
 
-// TestPoolIPRange: --ip-range narrows what is handed out, without the
-// range's first address (as libnetwork hands out 10.9.0.201 first from
-// 10.9.0.200/29) and never the subnet's broadcast; a static address may
-// still be anywhere in the subnet.
+// TestPoolIPRange: --ip-range narrows what is handed out, from the
+// range's first address (dockerd with --gateway 10.9.0.1 hands out
+// 10.9.0.200 first from 10.9.0.200/29) but never the subnet's own address
+// or broadcast; a static address may still be anywhere in the subnet.
 func TestPoolIPRange(t *testing.T) {
 	for _, tc := range []struct {
 		ipRange     string
 		first, last string
 		count       int
 	}{
-		{"10.9.0.200/29", "10.9.0.201", "10.9.0.207", 7},
-		{"10.9.0.248/29", "10.9.0.249", "10.9.0.254", 6},
+		{"10.9.0.200/29", "10.9.0.200", "10.9.0.207", 8},
+		{"10.9.0.248/29", "10.9.0.248", "10.9.0.254", 7},
+		{"10.9.0.0/30", "10.9.0.2", "10.9.0.3", 2},
 	} {
 		p, err := newPool(netip.MustParsePrefix("10.9.0.0/24"), netip.MustParseAddr("10.9.0.1"), netip.MustParsePrefix(tc.ipRange))
 		if err != nil {

@@ -183,6 +183,19 @@ func TestAttachDetachAndRestart(t *testing.T) {
 
 func TestConfigure(t *testing.T) {
 	m := testManager(t, t.TempDir(), newFakeLinks())
+	ctx := context.Background()
+	if err := m.Start(ctx, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "user", IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: netip.MustParsePrefix("10.150.0.0/24")}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "auto"}); err != nil {
+		t.Fatal(err)
+	}
+	withIP := func(ip string, aliases ...string) *network.EndpointSettings {
+		return &network.EndpointSettings{Aliases: aliases, IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: netip.MustParseAddr(ip)}}
+	}
 	tests := []struct {
 		mode    string
 		eps     map[string]*network.EndpointSettings
@@ -192,8 +205,18 @@ func TestConfigure(t *testing.T) {
 		{mode: "host", wantErr: errdefs.IsInvalidArgument, msg: "husk does not support --network host"},
 		{mode: "container:x", wantErr: errdefs.IsInvalidArgument, msg: "husk does not support --network container"},
 		{mode: "nope", wantErr: errdefs.IsNotFound, msg: "network nope not found"},
-		{mode: "bridge", eps: map[string]*network.EndpointSettings{"bridge": {Aliases: []string{"x"}}},
-			wantErr: errdefs.IsInvalidArgument, msg: "network-scoped alias is supported only for containers in user defined networks"},
+		// dockerd's validateEndpointSettings, as create words it.
+		{mode: "bridge", eps: map[string]*network.EndpointSettings{"bridge": {Aliases: []string{"x"}}}, wantErr: errdefs.IsInvalidArgument,
+			msg: "invalid config for network bridge: invalid endpoint settings:\nnetwork-scoped alias is supported only for containers in user defined networks"},
+		{mode: "bridge", eps: map[string]*network.EndpointSettings{"bridge": withIP("10.123.0.9", "x")}, wantErr: errdefs.IsInvalidArgument,
+			msg: "invalid config for network bridge: invalid endpoint settings:\n* user specified IP address is supported on user defined networks only\n* network-scoped alias is supported only for containers in user defined networks"},
+		{mode: "user", eps: map[string]*network.EndpointSettings{"user": withIP("10.151.0.9")}, wantErr: errdefs.IsInvalidArgument,
+			msg: "invalid config for network user: invalid endpoint settings:\nno configured subnet or ip-range contain the IP address 10.151.0.9"},
+		{mode: "user", eps: map[string]*network.EndpointSettings{"user": withIP("0.0.0.0")}, wantErr: errdefs.IsInvalidArgument,
+			msg: "invalid config for network user: invalid endpoint settings:\n* invalid IPv4 address: 0.0.0.0\n* no configured subnet or ip-range contain the IP address 0.0.0.0"},
+		{mode: "auto", eps: map[string]*network.EndpointSettings{"auto": withIP("10.124.0.9")}, wantErr: errdefs.IsInvalidArgument,
+			msg: "invalid config for network auto: invalid endpoint settings:\nuser specified IP address is supported only when connecting to networks with user configured subnets"},
+		{mode: "user", eps: map[string]*network.EndpointSettings{"user": withIP("10.150.0.9", "x")}},
 		{mode: "none"},
 		{mode: "bridge"},
 	}
@@ -205,7 +228,7 @@ func TestConfigure(t *testing.T) {
 			}
 			continue
 		}
-		if !tt.wantErr(err) || !strings.Contains(err.Error(), tt.msg) {
+		if !tt.wantErr(err) || !strings.HasPrefix(err.Error(), tt.msg) {
 			t.Errorf("Configure(%s) error = %v, want %q", tt.mode, err, tt.msg)
 		}
 	}

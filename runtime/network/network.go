@@ -122,11 +122,20 @@ type netRecord struct {
 	// AuxAddresses are --aux-address: addresses in Subnet no container
 	// is given, shown by inspect.
 	AuxAddresses map[string]netip.Addr `json:",omitempty"`
-	Bridge       string                `json:",omitempty"`
-	Internal     bool                  `json:",omitempty"`
-	Attachable   bool                  `json:",omitempty"`
-	Labels       map[string]string
-	Options      map[string]string
+	// AutoSubnet is set when husk chose Subnet: dockerd then shows the
+	// gateway it chose and refuses a static --ip. AutoGateway is set when
+	// husk chose the gateway of a user's subnet, which dockerd leaves out
+	// of inspect. Records written before them read as the user's own.
+	AutoSubnet  bool `json:",omitempty"`
+	AutoGateway bool `json:",omitempty"`
+	// IPAMOptions are the create request's, shown back as given (the CLI
+	// sends {}).
+	IPAMOptions map[string]string `json:",omitzero"`
+	Bridge      string            `json:",omitempty"`
+	Internal    bool              `json:",omitempty"`
+	Attachable  bool              `json:",omitempty"`
+	Labels      map[string]string
+	Options     map[string]string
 }
 
 // predefined reports whether users may not remove the network.

@@ -67,6 +67,17 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	if err != nil {
 		return network.CreateResponse{}, err
 	}
+	userSubnet := req.IPAM != nil && len(req.IPAM.Config) == 1 && req.IPAM.Config[0].Subnet.IsValid()
+	autoGateway := userSubnet && !req.IPAM.Config[0].Gateway.IsValid()
+	if autoGateway && ipRange.IsValid() {
+		// libnetwork asks its IPAM for the gateway as for any address,
+		// so it is the range's first.
+		gw = firstInRange(subnet, ipRange)
+	}
+	var ipamOptions map[string]string
+	if req.IPAM != nil {
+		ipamOptions = maps.Clone(req.IPAM.Options)
+	}
 	aux, err := auxAddresses(req.IPAM, subnet)
 	if err != nil {
 		return network.CreateResponse{}, err
@@ -78,6 +89,7 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	rec := netRecord{
 		ID: id, Name: req.Name, Driver: driverBridge, Created: time.Now().UTC(),
 		Subnet: subnet, Gateway: gw, IPRange: ipRange, AuxAddresses: aux, Bridge: bridgePrefix + "-" + id[:10],
+		AutoSubnet: !userSubnet, AutoGateway: autoGateway, IPAMOptions: ipamOptions,
 		Internal: req.Internal, Attachable: req.Attachable,
 		Labels: maps.Clone(req.Labels), Options: maps.Clone(req.Options),
 	}
@@ -424,11 +436,16 @@ func (m *Manager) describeLocked(n *netState) network.Network {
 	nw := network.Network{
 		Name: n.rec.Name, ID: n.rec.ID, Created: n.rec.Created, Scope: "local", Driver: n.rec.Driver,
 		EnableIPv4: n.rec.Driver == driverBridge, Internal: n.rec.Internal, Attachable: n.rec.Attachable,
-		IPAM:    network.IPAM{Driver: "default", Config: []network.IPAMConfig{}},
+		IPAM:    network.IPAM{Driver: "default", Options: maps.Clone(n.rec.IPAMOptions), Config: []network.IPAMConfig{}},
 		Options: maps.Clone(n.rec.Options), Labels: maps.Clone(n.rec.Labels),
 	}
 	if n.rec.Subnet.IsValid() {
-		nw.IPAM.Config = append(nw.IPAM.Config, network.IPAMConfig{Subnet: n.rec.Subnet, IPRange: n.rec.IPRange, Gateway: n.rec.Gateway, AuxAddress: maps.Clone(n.rec.AuxAddresses)})
+		c := network.IPAMConfig{Subnet: n.rec.Subnet, IPRange: n.rec.IPRange, Gateway: n.rec.Gateway, AuxAddress: maps.Clone(n.rec.AuxAddresses)}
+		if n.rec.AutoGateway {
+			// dockerd shows a user's subnet as configured.
+			c.Gateway = netip.Addr{}
+		}
+		nw.IPAM.Config = append(nw.IPAM.Config, c)
 	}
 	if nw.Options == nil {
 		nw.Options = map[string]string{}

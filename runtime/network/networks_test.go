@@ -180,19 +180,33 @@ func TestCreateIPRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := nw.IPAM.Config[0]; got.Subnet.String() != "10.130.0.0/24" || got.IPRange.String() != "10.130.0.200/29" {
-		t.Errorf("IPAM after a restart = %+v, want the subnet and the range", got)
+	// A gateway husk chose for the user's subnet is left out, as dockerd
+	// shows the subnet as configured.
+	if got := nw.IPAM.Config[0]; got.Subnet.String() != "10.130.0.0/24" || got.IPRange.String() != "10.130.0.200/29" || got.Gateway.IsValid() {
+		t.Errorf("IPAM after a restart = %+v, want the subnet and the range, no gateway", got)
 	}
-	nets, err := m2.Configure("r", nil)
-	if err != nil {
+	// libnetwork gives the gateway the range's first address, and then
+	// containers the next; with a gateway of the user's, the range's
+	// first goes to a container.
+	gw := network.IPAMConfig{Subnet: netip.MustParsePrefix("10.132.0.0/24"), IPRange: netip.MustParsePrefix("10.132.0.100/30"), Gateway: netip.MustParseAddr("10.132.0.1")}
+	if _, err := m2.Create(ctx, network.CreateRequest{Name: "g", IPAM: &network.IPAM{Config: []network.IPAMConfig{gw}}}); err != nil {
 		t.Fatal(err)
 	}
-	att, err := m2.Attach(ctx, Request{ContainerID: ctrA, Name: "a", Networks: nets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := att.Guest.Interfaces[0].Address; got != "10.130.0.201/24" {
-		t.Errorf("address %s, want 10.130.0.201/24 (the range's first handed out)", got)
+	for _, tc := range []struct{ net, id, addr, gateway string }{
+		{"r", ctrA, "10.130.0.201/24", "10.130.0.200"},
+		{"g", ctrB, "10.132.0.100/24", "10.132.0.1"},
+	} {
+		nets, err := m2.Configure(tc.net, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		att, err := m2.Attach(ctx, Request{ContainerID: tc.id, Name: "c" + tc.net, Networks: nets})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := att.Guest.Interfaces[0]; got.Address != tc.addr || got.Gateway != tc.gateway {
+			t.Errorf("on %s: address %s via %s, want %s via %s", tc.net, got.Address, got.Gateway, tc.addr, tc.gateway)
+		}
 	}
 }
 
