@@ -80,10 +80,11 @@ func (p *pool) claim(a netip.Addr, owner string) error {
 	return nil
 }
 
-// firstInRange is the first address of ipRange a container or gateway may
-// have: the subnet's own address is never handed out.
+// firstInRange is the first address of ipRange (or of the subnet, when
+// there is no range) a container or gateway may have: the subnet's own
+// address is never handed out.
 func firstInRange(subnet, ipRange netip.Prefix) netip.Addr {
-	if a := ipRange.Masked().Addr(); a != subnet.Masked().Addr() {
+	if a := ipRange.Masked().Addr(); ipRange.IsValid() && a != subnet.Masked().Addr() {
 		return a
 	}
 	return subnet.Masked().Addr().Next()

@@ -59,26 +59,15 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 		}
 		return network.CreateResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("network with name %s already exists", req.Name))
 	}
-	subnet, gw, err := m.chooseSubnetLocked(req.IPAM)
+	addr, err := m.chooseAddressingLocked(req.IPAM)
 	if err != nil {
 		return network.CreateResponse{}, err
-	}
-	ipRange, err := chooseIPRange(req.IPAM, subnet)
-	if err != nil {
-		return network.CreateResponse{}, err
-	}
-	userSubnet := req.IPAM != nil && len(req.IPAM.Config) == 1 && req.IPAM.Config[0].Subnet.IsValid()
-	autoGateway := userSubnet && !req.IPAM.Config[0].Gateway.IsValid()
-	if autoGateway && ipRange.IsValid() {
-		// libnetwork asks its IPAM for the gateway as for any address,
-		// so it is the range's first.
-		gw = firstInRange(subnet, ipRange)
 	}
 	var ipamOptions map[string]string
 	if req.IPAM != nil {
 		ipamOptions = maps.Clone(req.IPAM.Options)
 	}
-	aux, err := auxAddresses(req.IPAM, subnet)
+	aux, err := auxAddresses(req.IPAM, addr.subnet)
 	if err != nil {
 		return network.CreateResponse{}, err
 	}
@@ -88,8 +77,8 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	}
 	rec := netRecord{
 		ID: id, Name: req.Name, Driver: driverBridge, Created: time.Now().UTC(),
-		Subnet: subnet, Gateway: gw, IPRange: ipRange, AuxAddresses: aux, Bridge: bridgePrefix + "-" + id[:10],
-		AutoSubnet: !userSubnet, AutoGateway: autoGateway, IPAMOptions: ipamOptions,
+		Subnet: addr.subnet, Gateway: addr.gateway, IPRange: addr.ipRange, AuxAddresses: aux, Bridge: bridgePrefix + "-" + id[:10],
+		AutoSubnet: addr.autoSubnet, AutoGateway: addr.autoGateway, IPAMOptions: ipamOptions,
 		Internal: req.Internal, Attachable: req.Attachable,
 		Labels: maps.Clone(req.Labels), Options: maps.Clone(req.Options),
 	}
@@ -116,39 +105,72 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 		return network.CreateResponse{}, err
 	}
 	m.publish(events.ActionCreate, rec)
-	m.log.Info("network created", "name", rec.Name, "id", short(id), "subnet", subnet, "bridge", rec.Bridge)
+	m.log.Info("network created", "name", rec.Name, "id", short(id), "subnet", addr.subnet, "bridge", rec.Bridge)
 	return network.CreateResponse{ID: id}, nil
 }
 
-// chooseSubnetLocked takes the user's subnet and gateway, or the first
-// free /24 of the pool and its first address.
-func (m *Manager) chooseSubnetLocked(ipam *network.IPAM) (netip.Prefix, netip.Addr, error) {
+// addressing is what a network's IPv4 IPAM config comes to. The auto
+// fields say which parts husk chose, which inspect leaves out and a static
+// --ip may not rely on.
+type addressing struct {
+	subnet, ipRange         netip.Prefix
+	gateway                 netip.Addr
+	autoSubnet, autoGateway bool
+}
+
+// chooseAddressingLocked takes the user's subnet, ip-range and gateway,
+// checked as libnetwork's IPAM checks them, or the first free /24 of the
+// pool. A gateway not given is allocated as libnetwork allocates it, like
+// any other address: the first of the range, else of the subnet.
+func (m *Manager) chooseAddressingLocked(ipam *network.IPAM) (addressing, error) {
 	if ipam != nil && ipam.Driver != "" && ipam.Driver != "default" {
-		return netip.Prefix{}, netip.Addr{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("husk supports only the default IPAM driver, not %q", ipam.Driver))
+		return addressing{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("husk supports only the default IPAM driver, not %q", ipam.Driver))
 	}
 	if ipam != nil && len(ipam.Config) > 1 {
-		return netip.Prefix{}, netip.Addr{}, errdefs.ErrInvalidArgument.WithMessage("husk supports one IPv4 subnet per network")
+		return addressing{}, errdefs.ErrInvalidArgument.WithMessage("husk supports one IPv4 subnet per network")
 	}
-	if ipam != nil && len(ipam.Config) == 1 && ipam.Config[0].Subnet.IsValid() {
-		c := ipam.Config[0]
-		subnet := c.Subnet
-		if !subnet.Addr().Is4() {
-			return netip.Prefix{}, netip.Addr{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support IPv6 networks yet")
-		}
-		if subnet != subnet.Masked() {
-			return netip.Prefix{}, netip.Addr{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid subnet %s : it should be %s", subnet, subnet.Masked()))
-		}
-		for _, n := range m.nets {
-			if n.rec.Subnet.IsValid() && n.rec.Subnet.Overlaps(subnet) {
-				return netip.Prefix{}, netip.Addr{}, errdefs.ErrPermissionDenied.WithMessage("Pool overlaps with other one on this address space")
-			}
-		}
-		gw := c.Gateway
-		if !gw.IsValid() {
-			gw = subnet.Addr().Next()
-		}
-		return subnet, gw, nil
+	var c network.IPAMConfig
+	if ipam != nil && len(ipam.Config) == 1 {
+		c = ipam.Config[0]
 	}
+	if !c.Subnet.IsValid() {
+		if c.IPRange.IsValid() {
+			return addressing{}, errdefs.ErrInvalidArgument.WithMessage("every ip-range or gateway must have a corresponding subnet")
+		}
+		subnet, err := m.freeSubnetLocked()
+		if err != nil {
+			return addressing{}, err
+		}
+		return addressing{subnet: subnet, gateway: subnet.Addr().Next(), autoSubnet: true}, nil
+	}
+	subnet := c.Subnet
+	if !subnet.Addr().Is4() {
+		return addressing{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support IPv6 networks yet")
+	}
+	if subnet != subnet.Masked() {
+		return addressing{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid subnet %s : it should be %s", subnet, subnet.Masked()))
+	}
+	for _, n := range m.nets {
+		if n.rec.Subnet.IsValid() && n.rec.Subnet.Overlaps(subnet) {
+			return addressing{}, errdefs.ErrPermissionDenied.WithMessage("Pool overlaps with other one on this address space")
+		}
+	}
+	a := addressing{subnet: subnet, gateway: c.Gateway}
+	if r := c.IPRange; r.IsValid() {
+		if !r.Addr().Is4() || r.Bits() < subnet.Bits() || !subnet.Contains(r.Addr()) {
+			return addressing{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no matching subnet for range %s", r))
+		}
+		a.ipRange = r.Masked()
+	}
+	if !a.gateway.IsValid() {
+		a.gateway = firstInRange(subnet, a.ipRange)
+		a.autoGateway = true
+	}
+	return a, nil
+}
+
+// freeSubnetLocked is the pool's first /24 no network overlaps.
+func (m *Manager) freeSubnetLocked() (netip.Prefix, error) {
 	base := m.opts.Pool.Masked()
 	for p := netip.PrefixFrom(base.Addr(), userSubnetBits); base.Contains(p.Addr()); p = netip.PrefixFrom(lastAddr(p).Next(), userSubnetBits) {
 		free := true
@@ -159,29 +181,13 @@ func (m *Manager) chooseSubnetLocked(ipam *network.IPAM) (netip.Prefix, netip.Ad
 			}
 		}
 		if free {
-			return p, p.Addr().Next(), nil
+			return p, nil
 		}
 		if !lastAddr(p).Next().IsValid() {
 			break
 		}
 	}
-	return netip.Prefix{}, netip.Addr{}, errdefs.ErrUnavailable.WithMessage("could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network")
-}
-
-// chooseIPRange checks --ip-range against the network's subnet, as
-// libnetwork's IPAM does.
-func chooseIPRange(ipam *network.IPAM, subnet netip.Prefix) (netip.Prefix, error) {
-	if ipam == nil || len(ipam.Config) == 0 || !ipam.Config[0].IPRange.IsValid() {
-		return netip.Prefix{}, nil
-	}
-	r := ipam.Config[0].IPRange
-	if !ipam.Config[0].Subnet.IsValid() {
-		return netip.Prefix{}, errdefs.ErrInvalidArgument.WithMessage("every ip-range or gateway must have a corresponding subnet")
-	}
-	if !r.Addr().Is4() || r.Bits() < subnet.Bits() || !subnet.Contains(r.Addr()) {
-		return netip.Prefix{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no matching subnet for range %s", r))
-	}
-	return r.Masked(), nil
+	return netip.Prefix{}, errdefs.ErrUnavailable.WithMessage("could not find an available, non-overlapping IPv4 address pool among the defaults to assign to the network")
 }
 
 // auxOwner prefixes the pool's owner of an --aux-address.
