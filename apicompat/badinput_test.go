@@ -200,6 +200,9 @@ func TestBadInputDecoders(t *testing.T) {
 		{"network create: wrong type", "POST", "/networks/create", "application/json", `{"Name":5}`, 400, "invalid JSON: json: cannot unmarshal number into Go struct field CreateRequest.Name of type string"},
 		{"network create: empty body", "POST", "/networks/create", "", "", 400, "invalid name: name is empty"},
 		{"network create: blank name", "POST", "/networks/create", "application/json", `{"Name":"  "}`, 400, "invalid name: name is empty"},
+		{"network create: unparsable addresses", "POST", "/networks/create", "application/json", `{"Name":"n","IPAM":{"Config":[{"Subnet":"10.3.0.0/24","IPRange":"bogus","Gateway":"10.3.0.x","AuxiliaryAddresses":{"b":"x","a":"10.4.0.1"}}]}}`, 400,
+			"invalid network config:\n* invalid ip-range bogus: invalid CIDR block notation\n* invalid gateway 10.3.0.x: invalid address\n* invalid auxiliary address a: parent subnet 10.3.0.0/24 doesn't contain this address\n* invalid auxiliary address b: invalid address"},
+		{"network create: bad subnet", "POST", "/networks/create", "application/json", `{"Name":"n","IPAM":{"Config":[{"Subnet":"bogus"}]}}`, 400, "invalid network config:\ninvalid subnet bogus: invalid CIDR block notation"},
 		{"network create: duplicate, unknown field", "POST", "/networks/create", "application/json", `{"Name":"taken","Bogus":1}`, 409, "network with name taken already exists"},
 		{"network connect: truncated JSON", "POST", "/networks/n/connect", "application/json", `{`, 400, "invalid JSON: unexpected EOF"},
 

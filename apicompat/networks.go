@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"net"
 	"net/http"
 	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/network"
+
+	husknet "github.com/husk-vm/husk/runtime/network"
 )
 
 // Networks is what the API needs of the network manager.
@@ -106,36 +106,15 @@ func readNetworkCreate(r *http.Request, req *network.CreateRequest) error {
 		return err
 	}
 	var raw struct {
-		IPAM *struct {
-			Config []struct{ Subnet, IPRange, Gateway string }
-		}
+		EnableIPv6 *bool
+		IPAM       *struct{ Config []husknet.IPAMPool }
 	}
 	if json.Unmarshal(body, &raw) == nil && raw.IPAM != nil {
-		for _, c := range raw.IPAM.Config {
-			if err := checkIPAMConfig(c.Subnet, c.IPRange, c.Gateway); err != nil {
-				return err
-			}
+		if err := husknet.ValidateIPAM(raw.IPAM.Config, raw.EnableIPv6 != nil && *raw.EnableIPv6); err != nil {
+			return err
 		}
 	}
 	return decodeJSONBody(bytes.NewReader(body), req)
-}
-
-// checkIPAMConfig is dockerd 20.10's check of one IPAM pool.
-func checkIPAMConfig(subnet, ipRange, gateway string) error {
-	if subnet != "" {
-		if _, _, err := net.ParseCIDR(subnet); err != nil {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid subnet %s : %v", subnet, err))
-		}
-	}
-	if ipRange != "" {
-		if _, _, err := net.ParseCIDR(ipRange); err != nil {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid range %s : %v", ipRange, err))
-		}
-	}
-	if gateway != "" && net.ParseIP(gateway) == nil {
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Invalid gateway %s : %v", gateway, &net.ParseError{Type: "IP address", Text: gateway}))
-	}
-	return nil
 }
 
 func (s *server) pruneNetworks(ctx context.Context, w http.ResponseWriter, r *http.Request, _ map[string]string) error {

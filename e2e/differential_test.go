@@ -315,6 +315,10 @@ func scenarios() []scenario {
 		{name: "network create duplicate", args: a("network", "create", "diffnet2"),
 			setup: [][]string{{"network", "create", "diffnet2"}}, cleanup: [][]string{{"network", "rm", "diffnet2"}}},
 		{name: "network create bad subnet", args: a("network", "create", "--subnet", "bogus", "diffnet3")},
+		// The CLI checks that ranges and gateways fall in their subnets,
+		// but not host bits: those reach the daemon.
+		{name: "network create subnet host bits", args: a("network", "create", "--subnet", "10.87.0.1/24", "--ip-range", "10.87.0.1/28", "diffnet6"),
+			cleanup: [][]string{{"network", "rm", "diffnet6"}}},
 		{name: "network inspect format", args: a("network", "inspect", "-f", "{{.Name}} {{.Driver}} {{.Internal}} {{.Attachable}} {{.Labels}}", "diffnet4"),
 			setup: [][]string{{"network", "create", "--label", "k=v", "--internal", "diffnet4"}}, cleanup: [][]string{{"network", "rm", "diffnet4"}}},
 		{name: "network disconnect not connected", args: a("network", "disconnect", "diffnet5", diffBox),
@@ -431,6 +435,9 @@ var allowed = []allowance{
 	{"run tmpfs", "stdout", "the mount options are the kernel's: the guest's 6.1 kernel lists tmpfs's inode64, the reference's host kernel does not", false},
 	{"load not a tar", "stderr", `as "import not a tar": dockerd's message carries its untar helper's exit status`, false},
 	{"inspect health and restart policy", "stdout", `dockerd >= 25 turns the network mode "default" into "bridge" at create, as husk does; 20.10 keeps "default"`, false},
+	{"network create subnet host bits", "exit", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
+	{"network create subnet host bits", "stdout", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
+	{"network create subnet host bits", "stderr", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
 	{"import not a tar", "stderr", `dockerd untars in a helper process and says "Error processing tar file(exit status 1): ..."; husk has no such process and leaves out the exit status`, false},
 }
 

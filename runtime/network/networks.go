@@ -51,6 +51,9 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	if req.ConfigOnly || req.ConfigFrom != nil && req.ConfigFrom.Network != "" || req.Ingress {
 		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support config-only, config-from or ingress networks")
 	}
+	if err := ValidateIPAM(PoolsOf(req.IPAM), false); err != nil {
+		return network.CreateResponse{}, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n := m.byNameLocked(req.Name); n != nil {
@@ -67,7 +70,7 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	if req.IPAM != nil {
 		ipamOptions = maps.Clone(req.IPAM.Options)
 	}
-	aux, err := auxAddresses(req.IPAM, addr.subnet)
+	aux, err := auxAddresses(req.IPAM)
 	if err != nil {
 		return network.CreateResponse{}, err
 	}
@@ -119,8 +122,7 @@ type addressing struct {
 }
 
 // chooseAddressingLocked takes the user's subnet, ip-range and gateway,
-// checked as libnetwork's IPAM checks them, or the first free /24 of the
-// pool. A gateway not given is allocated as libnetwork allocates it, like
+// which ValidateIPAM has checked, or the first free /24 of the pool. A gateway not given is allocated as libnetwork allocates it, like
 // any other address: the first of the range, else of the subnet.
 func (m *Manager) chooseAddressingLocked(ipam *network.IPAM) (addressing, error) {
 	if ipam != nil && ipam.Driver != "" && ipam.Driver != "default" {
@@ -134,9 +136,6 @@ func (m *Manager) chooseAddressingLocked(ipam *network.IPAM) (addressing, error)
 		c = ipam.Config[0]
 	}
 	if !c.Subnet.IsValid() {
-		if c.IPRange.IsValid() {
-			return addressing{}, errdefs.ErrInvalidArgument.WithMessage("every ip-range or gateway must have a corresponding subnet")
-		}
 		subnet, err := m.freeSubnetLocked()
 		if err != nil {
 			return addressing{}, err
@@ -147,21 +146,12 @@ func (m *Manager) chooseAddressingLocked(ipam *network.IPAM) (addressing, error)
 	if !subnet.Addr().Is4() {
 		return addressing{}, errdefs.ErrInvalidArgument.WithMessage("husk does not support IPv6 networks yet")
 	}
-	if subnet != subnet.Masked() {
-		return addressing{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("invalid subnet %s : it should be %s", subnet, subnet.Masked()))
-	}
 	for _, n := range m.nets {
 		if n.rec.Subnet.IsValid() && n.rec.Subnet.Overlaps(subnet) {
 			return addressing{}, errdefs.ErrPermissionDenied.WithMessage("Pool overlaps with other one on this address space")
 		}
 	}
-	a := addressing{subnet: subnet, gateway: c.Gateway}
-	if r := c.IPRange; r.IsValid() {
-		if !r.Addr().Is4() || r.Bits() < subnet.Bits() || !subnet.Contains(r.Addr()) {
-			return addressing{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("no matching subnet for range %s", r))
-		}
-		a.ipRange = r.Masked()
-	}
+	a := addressing{subnet: subnet, gateway: c.Gateway, ipRange: c.IPRange}
 	if !a.gateway.IsValid() {
 		a.gateway = firstInRange(subnet, a.ipRange)
 		a.autoGateway = true
@@ -193,18 +183,15 @@ func (m *Manager) freeSubnetLocked() (netip.Prefix, error) {
 // auxOwner prefixes the pool's owner of an --aux-address.
 const auxOwner = "aux:"
 
-// auxAddresses checks --aux-address against the network's subnet, as
-// libnetwork does: each must be in it, and none may be taken twice.
-func auxAddresses(ipam *network.IPAM, subnet netip.Prefix) (map[string]netip.Addr, error) {
+// auxAddresses checks that no --aux-address is taken twice, as libnetwork
+// does; ValidateIPAM has checked that each is in the subnet.
+func auxAddresses(ipam *network.IPAM) (map[string]netip.Addr, error) {
 	if ipam == nil || len(ipam.Config) == 0 || len(ipam.Config[0].AuxAddress) == 0 {
 		return nil, nil
 	}
 	taken := map[netip.Addr]bool{}
 	for _, name := range slices.Sorted(maps.Keys(ipam.Config[0].AuxAddress)) {
 		a := ipam.Config[0].AuxAddress[name]
-		if !subnet.Contains(a) {
-			return nil, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("auxiliary address: (%s:%s) must belong to the master pool: %s", name, a, subnet))
-		}
 		if taken[a] {
 			return nil, fmt.Errorf("failed to allocate secondary ip address (%s:%s): Address already in use", name, a)
 		}

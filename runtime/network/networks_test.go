@@ -145,7 +145,7 @@ func TestCreateRefusesOtherDrivers(t *testing.T) {
 
 // TestCreateIPRange: --ip-range is kept, shown by inspect, survives a
 // restart, and is where a container's address comes from; a range the
-// subnet does not hold is refused in libnetwork's words.
+// subnet does not hold is refused in dockerd's words.
 func TestCreateIPRange(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -161,9 +161,9 @@ func TestCreateIPRange(t *testing.T) {
 		return &network.IPAM{Config: []network.IPAMConfig{c}}
 	}
 	for _, tc := range []struct{ subnet, ipRange, want string }{
-		{"10.130.0.0/24", "10.131.0.0/25", "no matching subnet for range 10.131.0.0/25"},
-		{"10.130.0.0/24", "10.130.0.0/23", "no matching subnet for range 10.130.0.0/23"},
-		{"", "10.130.0.0/25", "every ip-range or gateway must have a corresponding subnet"},
+		{"10.130.0.0/24", "10.131.0.0/25", "invalid network config:\ninvalid ip-range 10.131.0.0/25: parent subnet 10.130.0.0/24 doesn't contain ip-range"},
+		{"10.130.0.0/24", "10.130.0.0/23", "invalid network config:\ninvalid ip-range 10.130.0.0/23: CIDR block is bigger than its parent subnet 10.130.0.0/24"},
+		{"", "10.130.0.0/25", "invalid network config:\ninvalid subnet : invalid CIDR block notation"},
 	} {
 		if _, err := m.Create(ctx, network.CreateRequest{Name: "bad", IPAM: cfg(tc.subnet, tc.ipRange)}); !errdefs.IsInvalidArgument(err) || err.Error() != tc.want {
 			t.Errorf("subnet %q range %s: %v, want %q", tc.subnet, tc.ipRange, err, tc.want)
@@ -212,7 +212,7 @@ func TestCreateIPRange(t *testing.T) {
 
 // TestCreateAuxAddresses: --aux-address is kept and shown, and no
 // container gets one of them, also after a restart; one outside the
-// subnet is refused as libnetwork refuses it.
+// subnet is refused as dockerd refuses it.
 func TestCreateAuxAddresses(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -224,8 +224,8 @@ func TestCreateAuxAddresses(t *testing.T) {
 		return &network.IPAM{Config: []network.IPAMConfig{{Subnet: netip.MustParsePrefix("10.140.0.0/24"), AuxAddress: aux}}}
 	}
 	out := map[string]netip.Addr{"a": netip.MustParseAddr("10.141.0.5")}
-	if _, err := m.Create(ctx, network.CreateRequest{Name: "bad", IPAM: ipam(out)}); !errdefs.IsPermissionDenied(err) ||
-		err.Error() != "auxiliary address: (a:10.141.0.5) must belong to the master pool: 10.140.0.0/24" {
+	if _, err := m.Create(ctx, network.CreateRequest{Name: "bad", IPAM: ipam(out)}); !errdefs.IsInvalidArgument(err) ||
+		err.Error() != "invalid network config:\ninvalid auxiliary address a: parent subnet 10.140.0.0/24 doesn't contain this address" {
 		t.Errorf("an aux address outside the subnet: %v", err)
 	}
 	aux := map[string]netip.Addr{"router": netip.MustParseAddr("10.140.0.2"), "dns": netip.MustParseAddr("10.140.0.4")}
