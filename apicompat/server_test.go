@@ -132,6 +132,8 @@ func TestRequests(t *testing.T) {
 			wantBody: jsonError(`This node is not a swarm manager. Use "docker swarm init" or "docker swarm join" to connect this node to swarm and try again.`)},
 		{name: "swarm leave", method: "POST", path: "/v1.50/swarm/leave", status: 503, wantBody: jsonError("This node is not part of a swarm")},
 		{name: "swarm init", method: "POST", path: "/v1.50/swarm/init", status: 501, wantBody: jsonError("swarm mode is not supported by husk")},
+		{name: "cluster volume update", method: "PUT", path: "/v1.50/volumes/data?version=1", status: 503,
+			wantBody: jsonError("volume update only valid for cluster volumes, but swarm is unavailable")},
 		{name: "not a swarm route", method: "GET", path: "/v1.50/nodesx", status: 404, wantBody: jsonError("page not found")},
 
 		{name: "create malformed", method: "POST", path: "/containers/create", body: `{"Image":`, header: jsonCT, status: 400,

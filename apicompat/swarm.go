@@ -35,6 +35,8 @@ func (s *server) initSwarmRoutes() {
 	s.handle(http.MethodGet, "/swarm", refuse(errNotSwarmManager))
 	s.handle(http.MethodGet, "/swarm/unlockkey", refuse(errNotSwarmManager))
 	s.handle(http.MethodPost, "/swarm/update", refuse(errNotSwarmManager))
+	// Only cluster volumes, a swarm feature, can be updated.
+	s.handle(http.MethodPut, "/volumes/{name}", refuse(errdefs.ErrUnavailable.WithMessage("volume update only valid for cluster volumes, but swarm is unavailable")))
 	for _, kind := range []string{"/nodes", "/services", "/tasks", "/secrets", "/configs"} {
 		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 			s.handle(method, kind, refuse(errNotSwarmManager))
