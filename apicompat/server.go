@@ -169,6 +169,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/images/json", s.listImages)
 	s.handle(http.MethodGet, "/images/get", s.saveImages)
 	s.handle(http.MethodGet, "/images/search", s.searchImages)
+	s.handle(http.MethodGet, "/distribution/{name}/json", s.inspectDistribution)
 	s.handle(http.MethodGet, "/images/{name}/get", s.saveImages)
 	s.handle(http.MethodGet, "/images/{name}/json", s.inspectImage)
 	s.handle(http.MethodPost, "/images/load", s.loadImages)

@@ -18,7 +18,8 @@ import (
 const pythonDocker = "/usr/bin/python3"
 
 // TestDockerPy drives the daemon with docker-py, unmodified: run,
-// ContainerError, exec_run, archives, logs, NotFound and filters.
+// ContainerError, exec_run, archives, logs, NotFound, filters and
+// get_registry_data.
 func TestDockerPy(t *testing.T) {
 	requireSuite(t)
 	if err := exec.Command(pythonDocker, "-c", "import docker").Run(); err != nil {

@@ -528,7 +528,7 @@ func translatePullError(ctx context.Context, err error, named reference.Named) e
 	}
 	if len(terr.Errors) > 0 {
 		d := terr.Errors[0]
-		cause := strings.ToLower(strings.ReplaceAll(string(d.Code), "_", " ")) + ": " + d.Message
+		cause := registryCause(d)
 		switch d.Code {
 		case transport.ManifestUnknownErrorCode:
 			return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("manifest for %s not found: %s", reference.Familiar(named), cause))
@@ -547,6 +547,12 @@ func translatePullError(ctx context.Context, err error, named reference.Named) e
 		return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("manifest for %s not found: manifest unknown: manifest unknown", reference.Familiar(named)))
 	}
 	return err
+}
+
+// registryCause words a registry's error as distribution's client does
+// ("manifest unknown: manifest unknown").
+func registryCause(d transport.Diagnostic) string {
+	return strings.ToLower(strings.ReplaceAll(string(d.Code), "_", " ")) + ": " + d.Message
 }
 
 // progressOut serialises progress messages from concurrent downloads.

@@ -75,6 +75,10 @@ try:
 except docker.errors.ImageNotFound:
     check("ImageNotFound", True)
 
+rd = client.images.get_registry_data(IMG)
+check("get_registry_data", rd.id.startswith("sha256:") and rd.has_platform("linux/amd64") and not rd.has_platform("linux/arm64"),
+      "%r %r" % (rd.id, rd.attrs.get("Platforms")))
+
 names = lambda cs: sorted(x.name for x in cs)
 check("filter name", names(client.containers.list(filters={"name": PREFIX + "-main"})) == [PREFIX + "-main"])
 check("filter label", names(client.containers.list(all=True, filters={"label": "e2e=dockerpy"})) == [PREFIX + "-main"])
