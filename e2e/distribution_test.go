@@ -23,11 +23,7 @@ func TestDistributionInspect(t *testing.T) {
 	requireSuite(t)
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	c, err := client.New(client.WithHost(suite.DockerHost), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatalf("new client: %v", err)
-	}
-	defer c.Close()
+	c := goClient(t)
 	amd64 := ocispec.Platform{OS: "linux", Architecture: "amd64"}
 	for _, tc := range []struct {
 		ref, mediaType, digest string
@@ -51,7 +47,7 @@ func TestDistributionInspect(t *testing.T) {
 			t.Errorf("DistributionInspect %s: platforms %s, want %s", tc.ref, got, want)
 		}
 	}
-	_, err = c.DistributionInspect(ctx, suite.Registry+"/husk/nope:latest", client.DistributionInspectOptions{})
+	_, err := c.DistributionInspect(ctx, suite.Registry+"/husk/nope:latest", client.DistributionInspectOptions{})
 	if !cerrdefs.IsNotFound(err) || !strings.Contains(err.Error(), "manifest unknown: manifest unknown") {
 		t.Errorf("DistributionInspect of an unknown tag: %v, want the registry's manifest unknown as not found", err)
 	}

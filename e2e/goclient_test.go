@@ -17,6 +17,18 @@ import (
 	"github.com/husk-vm/husk/e2e/testimages"
 )
 
+// goClient is the Go SDK, negotiating its API version, on the suite's
+// daemon.
+func goClient(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.New(client.WithHost(suite.DockerHost), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestGoClient drives the daemon with the Go SDK, github.com/moby/moby/client,
 // unmodified and with API version negotiation, over the same ground as the
 // docker-py and dockerode tests.
@@ -24,11 +36,7 @@ func TestGoClient(t *testing.T) {
 	requireSuite(t)
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
-	c, err := client.New(client.WithHost(suite.DockerHost), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatalf("new client: %v", err)
-	}
-	defer c.Close()
+	c := goClient(t)
 
 	// ImagePull, waited for through the JSON message stream.
 	img := ref(testimages.Busybox)
