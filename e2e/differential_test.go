@@ -435,6 +435,7 @@ var allowed = []allowance{
 	{"run tmpfs", "stdout", "the mount options are the kernel's: the guest's 6.1 kernel lists tmpfs's inode64, the reference's host kernel does not", false},
 	{"load not a tar", "stderr", `as "import not a tar": dockerd's message carries its untar helper's exit status`, false},
 	{"inspect health and restart policy", "stdout", `dockerd >= 25 turns the network mode "default" into "bridge" at create, as husk does; 20.10 keeps "default"`, false},
+	{"network create bad subnet", "stderr", `dockerd >= 25 checks a network's IPAM config first ("invalid network config:\ninvalid subnet bogus: invalid CIDR block notation"); 20.10 says "Invalid subnet bogus : invalid CIDR address: bogus"`, false},
 	{"network create subnet host bits", "exit", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
 	{"network create subnet host bits", "stdout", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
 	{"network create subnet host bits", "stderr", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
