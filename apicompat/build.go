@@ -92,6 +92,12 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 	}
 	opts.Context = body
 
+	if id := r.Form.Get("buildid"); id != "" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer s.builds.track(id, cancel)()
+	}
+
 	w.Header().Set("Content-Type", "application/json")
 	out := &jsonProgress{w: w}
 	// With -q dockerd keeps the build's output (the image ID's aux line
@@ -117,6 +123,11 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 		},
 		Progress: progress,
 	})
+	if err != nil && ctx.Err() != nil {
+		// Cancelled (POST /build/cancel, or the client went): whatever
+		// step was cut short, the cause is the cancel, as BuildKit says.
+		err = ctx.Err()
+	}
 	if opts.Quiet {
 		if err == nil {
 			out.write(jsonstream.Message{Stream: id + "\n"})
@@ -135,6 +146,65 @@ func (s *server) postBuild(ctx context.Context, w http.ResponseWriter, r *http.R
 		err = nil
 	}
 	return out.finish(err, false)
+}
+
+// postBuildCancel is POST /build/cancel?id=X: it stops the build that
+// named itself X with buildid. dockerd cancels BuildKit builds so and
+// ignores the id of a classic one; husk's builds are all classic, and a
+// client that names its build expects the cancel to stop it.
+func (s *server) postBuildCancel(_ context.Context, w http.ResponseWriter, r *http.Request, _ map[string]string) error {
+	w.Header().Set("Content-Type", "application/json")
+	if err := parseForm(r); err != nil {
+		return err
+	}
+	id := r.Form.Get("id")
+	if id == "" {
+		return errdefs.ErrInvalidArgument.WithMessage("build ID not provided")
+	}
+	s.builds.cancel(id)
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// buildCancels holds the cancel of each running build that has an id;
+// builds may share one, and a cancel stops them all.
+type buildCancels struct {
+	mu   sync.Mutex
+	next int
+	byID map[string]map[int]context.CancelFunc
+}
+
+// track registers cancel under id until the returned func is called.
+func (b *buildCancels) track(id string, cancel context.CancelFunc) (done func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byID == nil {
+		b.byID = map[string]map[int]context.CancelFunc{}
+	}
+	if b.byID[id] == nil {
+		b.byID[id] = map[int]context.CancelFunc{}
+	}
+	k := b.next
+	b.next++
+	b.byID[id][k] = cancel
+	return func() {
+		cancel()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.byID[id], k)
+		if len(b.byID[id]) == 0 {
+			delete(b.byID, id)
+		}
+	}
+}
+
+// cancel stops every build running under id.
+func (b *buildCancels) cancel(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, f := range b.byID[id] {
+		f()
+	}
 }
 
 // registryConfig decodes X-Registry-Config (base64url JSON of registry

@@ -197,3 +197,55 @@ func TestHistoryAndPush(t *testing.T) {
 		t.Errorf("pushes = %v", imgs.pushed)
 	}
 }
+
+// waitingBuilder builds until it is cancelled.
+type waitingBuilder struct{ started chan string }
+
+func (w *waitingBuilder) Build(ctx context.Context, opts builder.BuildOptions, out builder.Output) (string, error) {
+	out.Stream("Step 1/1 : RUN sleep 1000\n")
+	w.started <- opts.Tags[0]
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// TestBuildCancel: POST /build/cancel stops the builds that named
+// themselves with its id, and only those; without an id it is refused
+// as dockerd refuses it.
+func TestBuildCancel(t *testing.T) {
+	b := &waitingBuilder{started: make(chan string, 2)}
+	srv, _ := newBuildEnv(t, b)
+	type answer struct {
+		code int
+		body string
+	}
+	build := func(tag, id string) chan answer {
+		done := make(chan answer, 1)
+		go func() {
+			code, body := post(t, srv.URL+"/build?t="+tag+"&buildid="+id, []byte("tar"), nil)
+			done <- answer{code, body}
+		}()
+		<-b.started
+		return done
+	}
+	one, other := build("one", "b1"), build("other", "b2")
+	if code, body := post(t, srv.URL+"/build/cancel", nil, nil); code != 400 || body != jsonError("build ID not provided") {
+		t.Errorf("cancel without an id = %d %q", code, body)
+	}
+	if code, body := post(t, srv.URL+"/build/cancel?id=nope", nil, nil); code != 200 || body != "" {
+		t.Errorf("cancel of an unknown id = %d %q", code, body)
+	}
+	if code, body := post(t, srv.URL+"/build/cancel?id=b1", nil, nil); code != 200 || body != "" {
+		t.Errorf("cancel = %d %q", code, body)
+	}
+	got := <-one
+	if got.code != 200 || !strings.Contains(got.body, `"error":"context canceled"`) {
+		t.Errorf("the cancelled build answered %d %q, want its output and the cancel as an error in the stream", got.code, got.body)
+	}
+	select {
+	case a := <-other:
+		t.Fatalf("a build with another id ended too: %+v", a)
+	default:
+	}
+	post(t, srv.URL+"/build/cancel?id=b2", nil, nil)
+	<-other
+}

@@ -93,6 +93,7 @@ type server struct {
 	routes []route
 	// statsInterval is the period of streamed stats.
 	statsInterval time.Duration
+	builds        buildCancels
 }
 
 // placeholder is a quoted "{name}" in a route path.
@@ -181,6 +182,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodGet, "/images/{name}/history", s.getImageHistory)
 	s.handle(http.MethodPost, "/images/{name}/push", s.pushImage)
 	s.handle(http.MethodPost, "/build", s.postBuild)
+	s.handle(http.MethodPost, "/build/cancel", s.postBuildCancel)
 	s.initVolumeRoutes()
 	s.handle(http.MethodGet, "/events", s.getEvents)
 	s.handle(http.MethodGet, "/containers/{name}/stats", s.getStats)
