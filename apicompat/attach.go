@@ -100,9 +100,6 @@ func (s *server) hijack(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if err != nil {
 		return nil, err
 	}
-	if tw, ok := w.(*trackingWriter); ok {
-		tw.hijacked()
-	}
 
 	// The answer dockerd writes by hand on the hijacked connection. Without
 	// an Upgrade header it says raw-stream even when the frames are

@@ -1,11 +1,13 @@
 package apicompat
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -148,6 +150,7 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/containers/{name}/wait", s.waitContainer)
 	s.handle(http.MethodPost, "/containers/{name}/resize", s.resizeContainer)
 	s.handle(http.MethodPost, "/containers/{name}/attach", s.attachContainer)
+	s.handle(http.MethodGet, "/containers/{name}/attach/ws", s.attachContainerWS)
 	s.handle(http.MethodGet, "/containers/{name}/checkpoints", s.listCheckpoints)
 	s.handle(http.MethodPost, "/containers/{name}/checkpoints", outlives(s.createCheckpoint))
 	s.handle(http.MethodDelete, "/containers/{name}/checkpoints/{checkpoint}", outlives(s.deleteCheckpoint))
@@ -351,8 +354,16 @@ func (t *trackingWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach Flush and Hijack.
 func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
-// hijacked records that the connection left net/http's hands.
-func (t *trackingWriter) hijacked() { t.wrote = true }
+// Hijack hands the connection over and records that the response has
+// started: the connection left net/http's hands. x/net's WebSocket server
+// asks the writer for it directly, not through a ResponseController.
+func (t *trackingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(t.ResponseWriter).Hijack()
+	if err == nil {
+		t.wrote = true
+	}
+	return conn, brw, err
+}
 
 func writeJSON(w http.ResponseWriter, code int, v any) error {
 	w.Header().Set("Content-Type", "application/json")
