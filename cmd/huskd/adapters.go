@@ -81,12 +81,14 @@ func (a imageAPI) Remove(ctx context.Context, ref string, force, prune bool) ([]
 
 // systemInfo answers /info and /version.
 type systemInfo struct {
-	cfg    Config
-	mgr    *containers.Manager
-	images *imagebuild.Service
-	kernel kernel.Kernel
-	vmm    string
-	accel  string
+	// engineID names this daemon's root for good (Info's ID).
+	engineID string
+	cfg      Config
+	mgr      *containers.Manager
+	images   *imagebuild.Service
+	kernel   kernel.Kernel
+	vmm      string
+	accel    string
 	// vmmVersion is what the VMM binary says of itself.
 	vmmVersion string
 }
@@ -102,7 +104,7 @@ func (s *systemInfo) Info(ctx context.Context) (system.Info, error) {
 	_ = unix.Sysinfo(&mem)
 	runtimeName := containers.RuntimeName(s.vmm)
 	return system.Info{
-		ID:                "husk",
+		ID:                s.engineID,
 		Containers:        running + paused + stopped,
 		ContainersRunning: running,
 		ContainersPaused:  paused,

@@ -152,6 +152,10 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open networks: %w", err)
 	}
+	engineID, err := loadOrCreateEngineID(cfg.Root)
+	if err != nil {
+		return err
+	}
 	vols, err := volumes.New(filepath.Join(cfg.Root, "volumes"), logger, bus)
 	if err != nil {
 		return fmt.Errorf("open volumes: %w", err)
@@ -213,7 +217,7 @@ func run(parent context.Context, cfg Config) error {
 		Archives:    mgr,
 		Admin:       mgr,
 		Volumes:     vols,
-		System: &systemInfo{cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
+		System: &systemInfo{engineID: engineID, cfg: cfg, mgr: mgr, images: images, kernel: k, vmm: driver.Name(), accel: choice.Accel,
 			vmmVersion: binaryVersion(ctx, decision.Binary)},
 		Logger:  logger,
 		Version: version,
