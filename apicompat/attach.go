@@ -32,26 +32,10 @@ const closeGrace = 10 * time.Second
 // hijacked and carries stdin from the client and the output back, framed
 // with stdcopy unless the container has a TTY.
 func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error {
-	if err := parseForm(r); err != nil {
-		return err
-	}
 	name := vars["name"]
-	// Inspecting first answers "No such container" as an ordinary HTTP
-	// error, before the connection is taken over.
-	ctr, err := s.cfg.Containers.Inspect(ctx, name)
+	tty, opts, err := s.attachRequest(ctx, r, name)
 	if err != nil {
 		return err
-	}
-	tty := ctr.Config != nil && ctr.Config.Tty
-	// Bad detach keys are refused before the connection is taken over.
-	if _, err := containers.ParseDetachKeys(r.Form.Get("detachKeys")); err != nil {
-		return err
-	}
-
-	opts := AttachOptions{
-		Logs:       boolValue(r, "logs"),
-		Stream:     boolValue(r, "stream"),
-		DetachKeys: r.Form.Get("detachKeys"),
 	}
 	h, err := s.hijack(ctx, w, r, tty, boolValue(r, "stdin"))
 	if err != nil {
@@ -76,6 +60,29 @@ func (s *server) attachContainer(ctx context.Context, w http.ResponseWriter, r *
 		fmt.Fprintln(h.stdout, "Error attaching:", err)
 	}
 	return nil
+}
+
+// attachRequest checks what every attach (hijacked or WebSocket) checks
+// before the connection is taken over, so that its errors are ordinary
+// HTTP ones: the container ("No such container") and the detach keys. It
+// returns whether the container has a TTY, and the options the query
+// asks for, streams not yet set.
+func (s *server) attachRequest(ctx context.Context, r *http.Request, name string) (tty bool, opts AttachOptions, err error) {
+	if err := parseForm(r); err != nil {
+		return false, AttachOptions{}, err
+	}
+	ctr, err := s.cfg.Containers.Inspect(ctx, name)
+	if err != nil {
+		return false, AttachOptions{}, err
+	}
+	if _, err := containers.ParseDetachKeys(r.Form.Get("detachKeys")); err != nil {
+		return false, AttachOptions{}, err
+	}
+	return ctr.Config != nil && ctr.Config.Tty, AttachOptions{
+		Logs:       boolValue(r, "logs"),
+		Stream:     boolValue(r, "stream"),
+		DetachKeys: r.Form.Get("detachKeys"),
+	}, nil
 }
 
 // hijacked is a connection taken over from net/http for a bidirectional

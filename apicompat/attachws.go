@@ -6,8 +6,6 @@ import (
 	"net/http"
 
 	"golang.org/x/net/websocket"
-
-	"github.com/husk-vm/husk/runtime/containers"
 )
 
 // attachContainerWS is GET /containers/{name}/attach/ws: an attach over a
@@ -16,14 +14,9 @@ import (
 // (binary frames from API 1.28, text before), and frames from the client
 // are the container's input.
 func (s *server) attachContainerWS(ctx context.Context, w http.ResponseWriter, r *http.Request, vars map[string]string) error {
-	if err := parseForm(r); err != nil {
-		return err
-	}
 	name := vars["name"]
-	if _, err := s.cfg.Containers.Inspect(ctx, name); err != nil {
-		return err
-	}
-	if _, err := containers.ParseDetachKeys(r.Form.Get("detachKeys")); err != nil {
+	_, opts, err := s.attachRequest(ctx, r, name)
+	if err != nil {
 		return err
 	}
 	binary := !versionLess(apiVersion(ctx), "1.28")
@@ -33,11 +26,6 @@ func (s *server) attachContainerWS(ctx context.Context, w http.ResponseWriter, r
 	serve := func(conn *websocket.Conn) {
 		if binary {
 			conn.PayloadType = websocket.BinaryFrame
-		}
-		opts := AttachOptions{
-			Logs:       boolValue(r, "logs"),
-			Stream:     boolValue(r, "stream"),
-			DetachKeys: r.Form.Get("detachKeys"),
 		}
 		// A WebSocket has no half-close: once the client's side ends
 		// (a close frame, or the connection gone) it is not reading
