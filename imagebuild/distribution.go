@@ -33,10 +33,7 @@ func (s *Service) Distribution(ctx context.Context, ref string, auth *registry.A
 	if err != nil {
 		return registry.DistributionInspect{}, err
 	}
-	desc, err := remote.Get(rref,
-		remote.WithContext(ctx),
-		remote.WithAuth(authenticator(auth)),
-		remote.WithTransport(httpGuard{s: s, next: remote.DefaultTransport}))
+	desc, err := remote.Get(rref, s.remoteOptions(ctx, auth)...)
 	if err != nil {
 		return registry.DistributionInspect{}, distributionError(ctx, pingError(err, s.insecure(domain)))
 	}

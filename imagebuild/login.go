@@ -9,7 +9,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/moby/moby/api/types/registry"
 )
@@ -42,7 +41,7 @@ func (s *Service) Login(ctx context.Context, cfg registry.AuthConfig) (status, i
 	if err != nil {
 		return "", "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("unable to parse server address: %v", err))
 	}
-	base := httpGuard{s: s, next: remote.DefaultTransport}
+	base := s.registryTransport()
 	challenge, err := transport.Ping(ctx, reg, base)
 	if err != nil {
 		return "", "", pingError(err, s.insecure(host))

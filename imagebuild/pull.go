@@ -50,12 +50,7 @@ func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry
 	if err != nil {
 		return err
 	}
-	opts := []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithAuth(authenticator(auth)),
-		remote.WithTransport(httpGuard{s: s, next: remote.DefaultTransport}),
-		remote.WithPlatform(*want),
-	}
+	opts := append(s.remoteOptions(ctx, auth), remote.WithPlatform(*want))
 	desc, err := remote.Get(rref, opts...)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -498,6 +493,18 @@ func (s *Service) insecure(hostport string) bool {
 		}
 	}
 	return false
+}
+
+// registryTransport is how husk reaches a registry: go-containerregistry's
+// transport, behind httpGuard.
+func (s *Service) registryTransport() http.RoundTripper {
+	return httpGuard{s: s, next: remote.DefaultTransport}
+}
+
+// remoteOptions are the go-containerregistry options of every registry
+// call: ctx, the client's credentials and registryTransport.
+func (s *Service) remoteOptions(ctx context.Context, auth *registry.AuthConfig) []remote.Option {
+	return []remote.Option{remote.WithContext(ctx), remote.WithAuth(authenticator(auth)), remote.WithTransport(s.registryTransport())}
 }
 
 // httpGuard refuses plain HTTP to registries not marked insecure.

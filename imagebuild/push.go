@@ -102,8 +102,8 @@ func (s *Service) pushTag(ctx context.Context, t reference.Named, auth *registry
 		return err
 	}
 	repo := rref.Context()
-	rt := httpGuard{s: s, next: remote.DefaultTransport}
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(authenticator(auth)), remote.WithTransport(rt)}
+	rt := s.registryTransport()
+	opts := s.remoteOptions(ctx, auth)
 	img, err := s.storedImage(&rec)
 	if err != nil {
 		return err
