@@ -122,8 +122,9 @@ type addressing struct {
 }
 
 // chooseAddressingLocked takes the user's subnet, ip-range and gateway,
-// which ValidateIPAM has checked, or the first free /24 of the pool. A gateway not given is allocated as libnetwork allocates it, like
-// any other address: the first of the range, else of the subnet.
+// which ValidateIPAM has checked, or the first free /24 of the pool. A
+// gateway not given is allocated as libnetwork allocates it, like any
+// other address: the first of the range, else of the subnet.
 func (m *Manager) chooseAddressingLocked(ipam *network.IPAM) (addressing, error) {
 	if ipam != nil && ipam.Driver != "" && ipam.Driver != "default" {
 		return addressing{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("husk supports only the default IPAM driver, not %q", ipam.Driver))
