@@ -204,6 +204,13 @@ type BuildOptions struct {
 	// Auth holds registry credentials by registry host, as in
 	// X-Registry-Config.
 	Auth map[string]registry.AuthConfig
+	// Credentials, when set, is asked for a registry host's credentials
+	// that Auth does not hold (a BuildKit client answers per host).
+	Credentials func(ctx context.Context, host string) (*registry.AuthConfig, error)
+	// DockerfileContent, when set, is the Dockerfile itself, which a
+	// BuildKit client sends apart from the context; Dockerfile then only
+	// names it in messages.
+	DockerfileContent []byte
 }
 
 // Output receives the build's progress in the shapes of dockerd's stream.
@@ -214,6 +221,15 @@ type Output struct {
 	Aux func(id string)
 	// Progress gets pull progress for FROM images.
 	Progress func(jsonstream.Message)
+	// Step, when set, is told as each step starts, with its number, the
+	// total and the instruction; the classic stream's own lines ("Step
+	// n/m", " ---> ID", "Running in", "Removing intermediate container",
+	// "Successfully built/tagged") are then left out of Stream, which
+	// carries only what the steps print. BuildKit clients draw steps so.
+	Step func(n, total int, instruction string)
+	// Cached, when set with Step, is told that the current step was
+	// taken from the build cache.
+	Cached func()
 }
 
 // ExitError is a RUN step whose command exited non-zero. The API reports
@@ -295,6 +311,14 @@ func (bd *build) cleanup() {
 
 func (bd *build) printf(format string, args ...any) {
 	bd.out.Stream(fmt.Sprintf(format, args...))
+}
+
+// scaffold prints one of the classic stream's own lines, which an output
+// that is told of steps (Output.Step) does without.
+func (bd *build) scaffold(format string, args ...any) {
+	if bd.out.Step == nil {
+		bd.printf(format, args...)
+	}
 }
 
 func (bd *build) run(ctx context.Context) (string, error) {
@@ -394,7 +418,7 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		if err := bd.onBuild(ctx, st); err != nil {
 			return "", err
 		}
-		bd.printf(" ---> %s\n", shortID(st.imageID))
+		bd.scaffold(" ---> %s\n", shortID(st.imageID))
 		for _, cmd := range s.Commands {
 			if err := ctx.Err(); err != nil {
 				bd.printf("Build cancelled\n")
@@ -404,7 +428,7 @@ func (bd *build) run(ctx context.Context) (string, error) {
 			if err := bd.dispatch(ctx, st, cmd); err != nil {
 				return "", err
 			}
-			bd.printf(" ---> %s\n", shortID(st.imageID))
+			bd.scaffold(" ---> %s\n", shortID(st.imageID))
 		}
 		st.closeVM(bd)
 		if st.imageID != "" {
@@ -427,7 +451,7 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		return "", errors.New("No image was generated. Is your Dockerfile empty?")
 	}
 	if !bd.opts.Quiet {
-		bd.printf("Successfully built %s\n", shortID(last.imageID))
+		bd.scaffold("Successfully built %s\n", shortID(last.imageID))
 	}
 	for _, t := range bd.opts.Tags {
 		if err := bd.b.opts.Images.Tag(ctx, last.imageID, t, ""); err != nil {
@@ -435,7 +459,7 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		}
 		if !bd.opts.Quiet {
 			n, _ := reference.ParseWithDefaultTag(t)
-			bd.printf("Successfully tagged %s\n", reference.Familiar(n))
+			bd.scaffold("Successfully tagged %s\n", reference.Familiar(n))
 		}
 	}
 	return last.imageID, nil
@@ -443,6 +467,10 @@ func (bd *build) run(ctx context.Context) (string, error) {
 
 func (bd *build) printStep(s string) {
 	bd.step++
+	if bd.out.Step != nil {
+		bd.out.Step(bd.step, bd.total, s)
+		return
+	}
 	bd.printf("Step %d/%d : %s", bd.step, bd.total, s)
 	bd.printf("\n")
 }
@@ -490,6 +518,9 @@ func (bd *build) dockerfile() (_ []byte, name string, _ error) {
 	name = bd.opts.Dockerfile
 	if name == "" {
 		name = "Dockerfile"
+	}
+	if bd.opts.DockerfileContent != nil {
+		return bd.opts.DockerfileContent, name, nil
 	}
 	rel, _ := cleanRel(name)
 	if b, ok := bd.ctxDir.readFile(rel); ok {
@@ -703,6 +734,15 @@ func (bd *build) ensureImage(ctx context.Context, ref string, pull bool) (string
 		if a, ok := bd.opts.Auth["https://index.docker.io/v1/"]; ok && auth == nil && domain == "docker.io" {
 			auth = &a
 		}
+		if auth == nil && bd.opts.Credentials != nil {
+			host := domain
+			if host == "docker.io" {
+				host = "registry-1.docker.io"
+			}
+			if auth, err = bd.opts.Credentials(ctx, host); err != nil {
+				return "", fmt.Errorf("credentials for %s: %w", host, err)
+			}
+		}
 	}
 	progress := bd.out.Progress
 	if progress == nil {
@@ -766,7 +806,10 @@ func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, conta
 	if !bd.opts.NoCache {
 		if id, ok := bd.b.cache.get(key); ok {
 			if err := st.load(ctx, bd, id); err == nil {
-				bd.printf(" ---> Using cache\n")
+				bd.scaffold(" ---> Using cache\n")
+				if bd.out.Cached != nil {
+					bd.out.Cached()
+				}
 				return nil
 			}
 			if err := bd.b.cache.drop(key); err != nil {
@@ -777,13 +820,13 @@ func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, conta
 	var ic *intermediate
 	if container {
 		ic = bd.newIntermediate(st)
-		bd.printf(" ---> Running in %s\n", shortID(ic.id))
+		bd.scaffold(" ---> Running in %s\n", shortID(ic.id))
 		ic.event(events.ActionCreate, nil)
 	}
 	layer, err := make(ctx, ic)
 	if err != nil {
 		if container && bd.opts.ForceRemove {
-			bd.printf("Removing intermediate container %s\n", shortID(ic.id))
+			bd.scaffold("Removing intermediate container %s\n", shortID(ic.id))
 			ic.event(events.ActionDestroy, nil)
 		}
 		return err
@@ -792,7 +835,7 @@ func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, conta
 		return err
 	}
 	if container && bd.opts.Remove {
-		bd.printf("Removing intermediate container %s\n", shortID(ic.id))
+		bd.scaffold("Removing intermediate container %s\n", shortID(ic.id))
 		ic.event(events.ActionDestroy, nil)
 	}
 	if err := bd.b.cache.put(key, st.imageID); err != nil {

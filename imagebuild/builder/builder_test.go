@@ -19,6 +19,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/moby/api/types/events"
+	"github.com/moby/moby/api/types/registry"
 
 	"github.com/husk-vm/husk/imagebuild"
 	"github.com/husk-vm/husk/rootfs"
@@ -793,5 +794,66 @@ func TestIntermediateEvents(t *testing.T) {
 	}
 	if !slices.Equal(ev.got, want) {
 		t.Errorf("events of a failing RUN:\n%s\nwant:\n%s", strings.Join(ev.got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A BuildKit client is told of steps and cache hits and gets the
+// Dockerfile apart from the context; the classic stream's own lines stay
+// out of what it is sent.
+func TestStepOutput(t *testing.T) {
+	f := newFixture(t)
+	type step struct {
+		instruction string
+		cached      bool
+	}
+	build := func() ([]step, string) {
+		var steps []step
+		var out strings.Builder
+		_, err := f.b.Build(context.Background(), BuildOptions{
+			Context:           bytes.NewReader(makeTar(t, file{name: "a.txt", body: "A\n"})),
+			DockerfileContent: []byte("FROM base\nCOPY a.txt /\nRUN true\n"),
+			Tags:              []string{"stepped"},
+			Remove:            true,
+		}, Output{
+			Stream: func(s string) { out.WriteString(s) },
+			Step: func(n, total int, instruction string) {
+				steps = append(steps, step{instruction: fmt.Sprintf("%d/%d %s", n, total, instruction)})
+			},
+			Cached: func() { steps[len(steps)-1].cached = true },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return steps, out.String()
+	}
+	steps, out := build()
+	want := []step{{instruction: "1/3 FROM base"}, {instruction: "2/3 COPY a.txt /"}, {instruction: "3/3 RUN true"}}
+	if !slices.Equal(steps, want) {
+		t.Errorf("steps = %v, want %v", steps, want)
+	}
+	if out != "ran true\nwarn\n" {
+		t.Errorf("stream = %q, want the RUN's output alone, uncoloured", out)
+	}
+	steps, _ = build()
+	want[1].cached, want[2].cached = true, true
+	if !slices.Equal(steps, want) {
+		t.Errorf("rebuild steps = %v, want %v", steps, want)
+	}
+}
+
+// A FROM image that must be pulled takes its credentials from the
+// client when X-Registry-Config had none for its registry.
+func TestCredentialsAsked(t *testing.T) {
+	f := newFixture(t)
+	var asked []string
+	_, _, err := f.build(BuildOptions{Credentials: func(_ context.Context, host string) (*registry.AuthConfig, error) {
+		asked = append(asked, host)
+		return nil, errors.New("no keys")
+	}}, file{name: "Dockerfile", body: "FROM 127.0.0.1:1/nothing\n"})
+	if err == nil || !strings.Contains(err.Error(), "credentials for 127.0.0.1:1: no keys") {
+		t.Errorf("err = %v", err)
+	}
+	if !slices.Equal(asked, []string{"127.0.0.1:1"}) {
+		t.Errorf("asked for %q", asked)
 	}
 }

@@ -368,7 +368,7 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 		ic.event(events.ActionAttach, nil)
 		ic.network(events.ActionConnect)
 		ic.event(events.ActionStart, nil)
-		code, err := vm.Run(ctx, proc, streamWriter{bd.out.Stream, false}, streamWriter{bd.out.Stream, true})
+		code, err := vm.Run(ctx, proc, streamWriter{bd.out.Stream, false}, streamWriter{bd.out.Stream, bd.out.Step == nil})
 		if err == nil {
 			ic.event(events.ActionDie, map[string]string{"exitCode": strconv.Itoa(code)})
 			ic.network(events.ActionDisconnect)
@@ -431,15 +431,15 @@ func (bd *build) sandbox(ctx context.Context, st *stage) (Sandbox, error) {
 	return st.vm, nil
 }
 
-// streamWriter turns a RUN's output into stream messages; stderr is shown
-// in red as dockerd's stderr formatter does.
+// streamWriter turns a RUN's output into stream messages; the classic
+// stream shows stderr in red, as dockerd's stderr formatter does.
 type streamWriter struct {
-	fn     func(string)
-	stderr bool
+	fn  func(string)
+	red bool
 }
 
 func (w streamWriter) Write(p []byte) (int, error) {
-	if w.stderr {
+	if w.red {
 		w.fn("\x1b[91m" + string(p) + "\x1b[0m")
 	} else {
 		w.fn(string(p))
