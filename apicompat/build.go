@@ -32,6 +32,27 @@ type Builder interface {
 	Build(ctx context.Context, opts builder.BuildOptions, out builder.Output) (string, error)
 }
 
+// BuildKit is what POST /grpc and POST /session need: each upgrades its
+// connection and serves it until the client is done.
+type BuildKit interface {
+	ServeGRPC(w http.ResponseWriter, r *http.Request) error
+	ServeSession(ctx context.Context, w http.ResponseWriter, r *http.Request) error
+}
+
+func (s *server) postGRPC(_ context.Context, w http.ResponseWriter, r *http.Request, _ map[string]string) error {
+	if err := s.cfg.BuildKit.ServeGRPC(w, r); err != nil {
+		return errdefs.ErrInvalidArgument.WithMessage(err.Error())
+	}
+	return nil
+}
+
+func (s *server) postSession(ctx context.Context, w http.ResponseWriter, r *http.Request, _ map[string]string) error {
+	if err := s.cfg.BuildKit.ServeSession(ctx, w, r); err != nil {
+		return errdefs.ErrInvalidArgument.WithMessage(err.Error())
+	}
+	return nil
+}
+
 // imageHistory and imagePusher are what GET /images/{name}/history and
 // POST /images/{name}/push need of the image backend. They are optional:
 // a backend without them answers 501.

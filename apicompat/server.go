@@ -30,6 +30,10 @@ type Config struct {
 	Forker      Forker
 	// Builder serves POST /build; nil answers 501.
 	Builder Builder
+	// BuildKit serves POST /grpc and POST /session, where buildx's
+	// docker driver finds a daemon's BuildKit; nil leaves them out, and
+	// buildx then runs BuildKit in a container of its own.
+	BuildKit BuildKit
 	// Volumes may be nil: /volumes then answers 501.
 	Volumes Volumes
 	Logger  *slog.Logger
@@ -186,6 +190,10 @@ func (s *server) initRoutes() {
 	s.handle(http.MethodPost, "/images/{name}/push", s.pushImage)
 	s.handle(http.MethodPost, "/build", s.postBuild)
 	s.handle(http.MethodPost, "/build/cancel", s.postBuildCancel)
+	if s.cfg.BuildKit != nil {
+		s.handle(http.MethodPost, "/grpc", s.postGRPC)
+		s.handle(http.MethodPost, "/session", s.postSession)
+	}
 	s.initVolumeRoutes()
 	s.handle(http.MethodGet, "/events", s.getEvents)
 	s.handle(http.MethodGet, "/containers/{name}/stats", s.getStats)

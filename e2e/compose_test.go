@@ -128,3 +128,80 @@ volumes:
 		t.Errorf("virtiofsd left after down: %q", left)
 	}
 }
+
+// TestComposeBuild: `docker compose build` goes through buildx's docker
+// driver, which reaches the daemon's BuildKit on /grpc and /session (not
+// POST /build): a multi-stage Dockerfile outside its context, a target, a
+// build arg, a .dockerignore, a rebuild from the cache and a failing RUN.
+// Steps run with no network, which the reference dockerd (no bridge) can
+// give them.
+func TestComposeBuild(t *testing.T) {
+	requireSuite(t)
+	composePlugin(t)
+	img := pulled(t, testimages.Busybox)
+	project := strings.ReplaceAll(namePrefix(t), "-", "")
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"ctx/keep.txt":      "kept\n",
+		"ctx/secret.txt":    "ignored\n",
+		"ctx/sub/f":         "sub\n",
+		"ctx/.dockerignore": "secret.txt\n",
+		"df/Build.df": "FROM " + img + " AS base\nRUN echo base > /base\n" +
+			"FROM base AS final\nCOPY . /ctx/\nARG GREETING=none\nRUN echo \"$GREETING\" > /greeting\n" +
+			"CMD [\"sh\", \"-c\", \"ls -A /ctx | tr '\\\\n' ' '; cat /base /greeting\"]\n" +
+			"FROM final AS failing\nRUN echo about to fail; exit 3\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	okImage, badImage := project+"-ok", project+"-bad"
+	spec := `services:
+  ok:
+    image: ` + okImage + `
+    build: {context: ./ctx, dockerfile: ../df/Build.df, target: final, args: {GREETING: hello-buildkit}, network: none}
+  bad:
+    image: ` + badImage + `
+    build: {context: ./ctx, dockerfile: ../df/Build.df, target: failing, network: none}
+`
+	file := filepath.Join(dir, "compose.yaml")
+	if err := os.WriteFile(file, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	compose := func(args ...string) result {
+		return docker(t, append([]string{"compose", "-p", project, "-f", file, "--progress", "plain"}, args...)...)
+	}
+	t.Cleanup(func() { docker(t, "rmi", "-f", okImage, badImage) })
+
+	r := compose("build", "ok")
+	if r.Code != 0 {
+		t.Fatalf("compose build ok: %+v", r)
+	}
+	if strings.Contains(r.Stdout+r.Stderr, "docker-container driver") {
+		t.Errorf("compose did not find the daemon's BuildKit:\n%s", r.Stderr)
+	}
+	if got := mustDocker(t, "run", "--rm", "--network", "none", okImage); got != ".dockerignore keep.txt sub base\nhello-buildkit\n" {
+		t.Errorf("the built image printed %q", got)
+	}
+	labels := mustDocker(t, "image", "inspect", "--format", "{{index .Config.Labels \"com.docker.compose.service\"}}", okImage)
+	if labels != "ok\n" {
+		t.Errorf("compose's service label = %q", labels)
+	}
+
+	if r := compose("build", "ok"); r.Code != 0 || !strings.Contains(r.Stdout+r.Stderr, "CACHED") {
+		t.Errorf("rebuild: %+v, want steps from the cache", r)
+	}
+
+	r = compose("build", "bad")
+	out := r.Stdout + r.Stderr
+	if r.Code == 0 || !strings.Contains(out, "about to fail") || !strings.Contains(out, "exit code: 3") {
+		t.Errorf("failing build: %+v, want its output and exit code 3", r)
+	}
+	if docker(t, "image", "inspect", badImage).Code == 0 {
+		t.Errorf("the failed build left an image %s", badImage)
+	}
+}

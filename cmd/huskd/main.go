@@ -21,6 +21,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/husk-vm/husk/apicompat"
+	"github.com/husk-vm/husk/apicompat/buildkitapi"
 	"github.com/husk-vm/husk/imagebuild"
 	"github.com/husk-vm/husk/imagebuild/builder"
 	"github.com/husk-vm/husk/kernel"
@@ -200,6 +201,13 @@ func run(parent context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("open builder: %w", err)
 	}
+	buildKit, err := buildkitapi.New(imageBuilder, buildkitapi.Options{
+		TempDir: filepath.Join(cfg.Root, "builds", "contexts"), Version: version, Logger: logger,
+	})
+	if err != nil {
+		return fmt.Errorf("open BuildKit endpoints: %w", err)
+	}
+	defer buildKit.Close()
 
 	imgAPI := imageAPI{Service: images, disks: disks, log: logger, events: bus}
 	handler := apicompat.New(apicompat.Config{
@@ -213,6 +221,7 @@ func run(parent context.Context, cfg Config) error {
 		Checkpoints: mgr,
 		Forker:      mgr,
 		Builder:     imageBuilder,
+		BuildKit:    buildKit,
 		Execs:       mgr,
 		Archives:    mgr,
 		Admin:       mgr,

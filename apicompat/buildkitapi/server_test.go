@@ -1,0 +1,331 @@
+package buildkitapi
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/client/llb"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	"github.com/tonistiigi/fsutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/husk-vm/husk/imagebuild/builder"
+)
+
+// fakeBuilder records what a build was given and plays its steps.
+type fakeBuilder struct {
+	mu         sync.Mutex
+	opts       builder.BuildOptions
+	files      []string
+	dockerfile string
+	err        error
+}
+
+func (f *fakeBuilder) Build(_ context.Context, opts builder.BuildOptions, out builder.Output) (string, error) {
+	var files []string
+	tr := tar.NewReader(opts.Context)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+		files = append(files, h.Name)
+	}
+	sort.Strings(files)
+	f.mu.Lock()
+	f.opts, f.files, f.dockerfile = opts, files, string(opts.DockerfileContent)
+	f.mu.Unlock()
+	out.Step(1, 2, "FROM box")
+	out.Cached()
+	out.Step(2, 2, "RUN echo hi")
+	out.Stream("hi\n")
+	if f.err != nil {
+		return "", f.err
+	}
+	return "sha256:0123", nil
+}
+
+// hijackDialer dials path on srv and upgrades to h2c, as the docker
+// client's DialHijack does.
+func hijackDialer(srv *httptest.Server, path string) func(ctx context.Context, meta map[string][]string) (net.Conn, error) {
+	return func(ctx context.Context, meta map[string][]string) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		req, _ := http.NewRequest(http.MethodPost, "http://daemon"+path, nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "h2c")
+		for k, vs := range meta {
+			for _, v := range vs {
+				req.Header.Add(k, v)
+			}
+		}
+		if err := req.Write(conn); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusSwitchingProtocols {
+			conn.Close()
+			return nil, fmt.Errorf("POST %s: %s", path, resp.Status)
+		}
+		// The server's HTTP/2 preface may already be in br.
+		return &bufferedConn{Conn: conn, r: br}, nil
+	}
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func newTestClient(t *testing.T, b Builder) (*client.Client, *Server) {
+	t.Helper()
+	s, err := New(b, Options{TempDir: t.TempDir(), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /grpc", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.ServeGRPC(w, r); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		}
+	})
+	mux.HandleFunc("POST /session", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.ServeSession(r.Context(), w, r); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		}
+	})
+	srv := httptest.NewServer(mux)
+	grpcDial, sessionDial := hijackDialer(srv, "/grpc"), hijackDialer(srv, "/session")
+	c, err := client.New(context.Background(), "",
+		client.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return grpcDial(ctx, nil) }),
+		client.WithSessionDialer(func(ctx context.Context, _ string, meta map[string][]string) (net.Conn, error) {
+			return sessionDial(ctx, meta)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		s.Close()
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return c, s
+}
+
+// contextDir is a build context with a file .dockerignore leaves out.
+func contextDir(t *testing.T) fsutil.FS {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"Dockerfile":    "FROM box\nRUN echo hi\n",
+		".dockerignore": "secret\n",
+		"secret":        "no",
+		"sub/kept":      "yes",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs, err := fsutil.NewFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// collect gathers the vertex names and logs a solve reported.
+func collect(ch chan *client.SolveStatus) (func() ([]string, string), chan struct{}) {
+	var names []string
+	var logs strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		seen := map[string]bool{}
+		for st := range ch {
+			for _, v := range st.Vertexes {
+				if !seen[v.Digest.String()] {
+					seen[v.Digest.String()] = true
+					names = append(names, v.Name)
+				}
+			}
+			for _, l := range st.Logs {
+				logs.Write(l.Data)
+			}
+		}
+	}()
+	return func() ([]string, string) { <-done; return names, logs.String() }, done
+}
+
+func TestSolveDockerfile(t *testing.T) {
+	fb := &fakeBuilder{}
+	c, _ := newTestClient(t, fb)
+	fs := contextDir(t)
+	ch := make(chan *client.SolveStatus)
+	result, _ := collect(ch)
+	resp, err := c.Solve(context.Background(), nil, client.SolveOpt{
+		Frontend:      "dockerfile.v0",
+		FrontendAttrs: map[string]string{"build-arg:A": "b", "label:l": "v", "target": "t", "no-cache": ""},
+		LocalMounts:   map[string]fsutil.FS{"context": fs, "dockerfile": fs},
+		Exports:       []client.ExportEntry{{Type: "moby", Attrs: map[string]string{"name": "docker.io/library/x:latest,y:1"}}},
+	}, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.ExporterResponse["containerimage.digest"]; got != "sha256:0123" {
+		t.Errorf("containerimage.digest = %q", got)
+	}
+	names, logs := result()
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if want := []string{".dockerignore", "Dockerfile", "sub/", "sub/kept"}; !slices.Equal(fb.files, want) {
+		t.Errorf("context = %q, want %q", fb.files, want)
+	}
+	if fb.dockerfile != "FROM box\nRUN echo hi\n" {
+		t.Errorf("Dockerfile = %q", fb.dockerfile)
+	}
+	if a := fb.opts.BuildArgs["A"]; a == nil || *a != "b" {
+		t.Errorf("build arg A = %v", a)
+	}
+	if fb.opts.Labels["l"] != "v" || fb.opts.Target != "t" || !fb.opts.NoCache {
+		t.Errorf("options = %+v", fb.opts)
+	}
+	if want := []string{"docker.io/library/x:latest", "y:1"}; !slices.Equal(fb.opts.Tags, want) {
+		t.Errorf("tags = %q, want %q", fb.opts.Tags, want)
+	}
+	wantNames := []string{"[internal] load build definition from Dockerfile", "[internal] load .dockerignore",
+		"[internal] load build context", "[1/2] FROM box", "[2/2] RUN echo hi"}
+	if !slices.Equal(names, wantNames) {
+		t.Errorf("vertexes = %q, want %q", names, wantNames)
+	}
+	if logs != "hi\n" {
+		t.Errorf("logs = %q", logs)
+	}
+}
+
+// buildx builds through the gateway: it asks for the Dockerfile solve
+// itself and returns the result.
+func TestGatewayBuild(t *testing.T) {
+	fb := &fakeBuilder{}
+	c, _ := newTestClient(t, fb)
+	fs := contextDir(t)
+	resp, err := c.Build(context.Background(), client.SolveOpt{
+		LocalMounts: map[string]fsutil.FS{"context": fs, "dockerfile": fs},
+		Exports:     []client.ExportEntry{{Type: "moby", Attrs: map[string]string{"name": "z"}}},
+	}, "test", func(ctx context.Context, gc gateway.Client) (*gateway.Result, error) {
+		return gc.Solve(ctx, gateway.SolveRequest{Frontend: "dockerfile.v0", FrontendOpt: map[string]string{"build-arg:B": "c"}})
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.ExporterResponse["containerimage.digest"]; got != "sha256:0123" {
+		t.Errorf("containerimage.digest = %q", got)
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if b := fb.opts.BuildArgs["B"]; b == nil || *b != "c" || !slices.Equal(fb.opts.Tags, []string{"z"}) {
+		t.Errorf("options = %+v", fb.opts)
+	}
+}
+
+func TestSolveErrors(t *testing.T) {
+	fs := func(t *testing.T) map[string]fsutil.FS {
+		f := contextDir(t)
+		return map[string]fsutil.FS{"context": f, "dockerfile": f}
+	}
+	tests := []struct {
+		name     string
+		buildErr error
+		opt      client.SolveOpt
+		def      bool
+		want     string
+		code     codes.Code
+	}{
+		{name: "failed RUN", buildErr: &builder.ExitError{Command: "/bin/sh -c exit 3", Code: 3},
+			opt:  client.SolveOpt{Frontend: "dockerfile.v0"},
+			want: `process "/bin/sh -c exit 3" did not complete successfully: exit code: 3`, code: codes.Unknown},
+		{name: "other frontend", opt: client.SolveOpt{Frontend: "gateway.v0"},
+			want: `frontend "gateway.v0" is not supported by husk`, code: codes.Unimplemented},
+		{name: "LLB", def: true, want: "LLB definitions are not supported", code: codes.Unimplemented},
+		{name: "local exporter", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "local", OutputDir: "/nonexistent"}}},
+			want: `exporter "local" is not supported by husk`, code: codes.Unimplemented},
+		{name: "other platform", opt: client.SolveOpt{Frontend: "dockerfile.v0", FrontendAttrs: map[string]string{"platform": "linux/arm64"}},
+			want: `"linux/arm64": husk builds only linux/amd64 images`, code: codes.InvalidArgument},
+		{name: "named context", opt: client.SolveOpt{Frontend: "dockerfile.v0", FrontendAttrs: map[string]string{"context:base": "docker-image://box"}},
+			want: "named build contexts are not supported by husk: base", code: codes.InvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestClient(t, &fakeBuilder{err: tt.buildErr})
+			tt.opt.LocalMounts = fs(t)
+			var def *llb.Definition
+			if tt.def {
+				d, err := llb.Image("box").Marshal(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				def = d
+			}
+			_, err := c.Solve(context.Background(), def, tt.opt, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+			if st, ok := status.FromError(errors.Unwrap(err)); !ok || st.Code() != tt.code {
+				t.Errorf("code = %v, want %v", st.Code(), tt.code)
+			}
+		})
+	}
+}
+
+func TestBuildOptions(t *testing.T) {
+	opts, err := buildOptions(map[string]string{
+		"filename": "sub/Build.df", "image-resolve-mode": "pull", "force-network-mode": "none",
+		"add-hosts": "a=10.0.0.1,b:10.0.0.2", "platform": "linux/amd64",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Dockerfile != "sub/Build.df" || !opts.Pull || opts.Network.Mode != "none" || opts.Platform != "linux/amd64" {
+		t.Errorf("options = %+v", opts)
+	}
+	if want := []string{"a:10.0.0.1", "b:10.0.0.2"}; !slices.Equal(opts.Network.ExtraHosts, want) {
+		t.Errorf("extra hosts = %q, want %q", opts.Network.ExtraHosts, want)
+	}
+	if opts, _ := buildOptions(map[string]string{"force-network-mode": "sandbox"}); opts.Network.Mode != "" || opts.Dockerfile != "Dockerfile" {
+		t.Errorf("default options = %+v", opts)
+	}
+}
