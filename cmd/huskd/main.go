@@ -64,6 +64,7 @@ func main() {
 func run(parent context.Context, cfg Config) error {
 	logger := newLogger(cfg.Debug)
 	slog.SetDefault(logger)
+	routeLogrus(logger)
 	ctx, stop := signal.NotifyContext(parent, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
