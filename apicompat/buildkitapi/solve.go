@@ -148,6 +148,7 @@ func buildOptions(attrs map[string]string) (builder.BuildOptions, error) {
 		Dockerfile: "Dockerfile",
 		Target:     attrs["target"],
 		Remove:     true,
+		BuildKit:   true,
 		BuildArgs:  map[string]*string{},
 		Labels:     map[string]string{},
 	}
@@ -264,6 +265,8 @@ func solveError(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errdefs.IsNotFound(err):
 		return status.Error(codes.NotFound, err.Error())
+	case errdefs.IsNotImplemented(err):
+		return status.Error(codes.Unimplemented, err.Error())
 	}
 	return status.Error(codes.Unknown, err.Error())
 }

@@ -207,6 +207,10 @@ type BuildOptions struct {
 	// Credentials, when set, is asked for a registry host's credentials
 	// that Auth does not hold (a BuildKit client answers per host).
 	Credentials func(ctx context.Context, host string) (*registry.AuthConfig, error)
+	// BuildKit says the client speaks BuildKit: a BuildKit-only feature
+	// is refused as one husk's builder lacks, not as one that needs
+	// BuildKit.
+	BuildKit bool
 	// DockerfileContent, when set, is the Dockerfile itself, which a
 	// BuildKit client sends apart from the context; Dockerfile then only
 	// names it in messages.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/api/types/registry"
@@ -855,5 +856,40 @@ func TestCredentialsAsked(t *testing.T) {
 	}
 	if !slices.Equal(asked, []string{"127.0.0.1:1"}) {
 		t.Errorf("asked for %q", asked)
+	}
+}
+
+// A feature only BuildKit has is refused in dockerd's words to a classic
+// client and as husk's own limit to a BuildKit client.
+func TestBuildKitOnlyFeatures(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name, dockerfile, classic, buildKit string
+	}{
+		{"run mount", "FROM base\nRUN --mount=type=cache,target=/c true\n",
+			"the --mount option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
+			"RUN --mount is not supported by husk's builder"},
+		{"run heredoc", "FROM base\nRUN <<EOT\ntrue\nEOT\n",
+			"heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
+			"heredocs is not supported by husk's builder"},
+		{"copy link", "FROM base\nCOPY --link a /x\n",
+			"the --link, --parents and --exclude options require BuildKit",
+			"COPY --link, --parents and --exclude is not supported by husk's builder"},
+		{"add checksum", "FROM base\nADD --checksum=sha256:0000000000000000000000000000000000000000000000000000000000000000 a /x\n",
+			"the --link, --exclude and --checksum options require BuildKit",
+			"ADD --link, --exclude and --checksum is not supported by husk's builder"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, buildKit := range []bool{false, true} {
+				_, _, err := f.build(BuildOptions{BuildKit: buildKit}, file{name: "Dockerfile", body: tc.dockerfile}, file{name: "a", body: "a"})
+				want, class := tc.classic, errdefs.IsInvalidArgument
+				if buildKit {
+					want, class = tc.buildKit, errdefs.IsNotImplemented
+				}
+				if err == nil || err.Error() != want || !class(err) {
+					t.Errorf("BuildKit %v: err = %v (%T), want %q", buildKit, err, err, want)
+				}
+			}
+		})
 	}
 }

@@ -60,7 +60,7 @@ func (r copyRequest) fail(err error) error {
 // place of dockerd's tarsum.
 func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error {
 	if len(req.sd.SourceContents) > 0 {
-		return errdefs.ErrInvalidArgument.WithMessage("heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled")
+		return bd.needsBuildKit("heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", "heredocs")
 	}
 	tree, isContext, err := bd.sourceTree(ctx, req.from)
 	if err != nil {

@@ -136,12 +136,12 @@ func (bd *build) dispatch(ctx context.Context, st *stage, cmd instructions.Comma
 		return bd.runCmd(ctx, st, cmd)
 	case *instructions.CopyCommand:
 		if cmd.Link || cmd.Parents || len(cmd.ExcludePatterns) > 0 {
-			return errdefs.ErrInvalidArgument.WithMessage("the --link, --parents and --exclude options require BuildKit")
+			return bd.needsBuildKit("the --link, --parents and --exclude options require BuildKit", "COPY --link, --parents and --exclude")
 		}
 		return bd.copyCmd(ctx, st, copyRequest{name: "COPY", sd: cmd.SourcesAndDest, from: cmd.From, chown: cmd.Chown, chmod: cmd.Chmod})
 	case *instructions.AddCommand:
 		if cmd.Link || len(cmd.ExcludePatterns) > 0 || cmd.Checksum != "" {
-			return errdefs.ErrInvalidArgument.WithMessage("the --link, --exclude and --checksum options require BuildKit")
+			return bd.needsBuildKit("the --link, --exclude and --checksum options require BuildKit", "ADD --link, --exclude and --checksum")
 		}
 		return bd.copyCmd(ctx, st, copyRequest{name: "ADD", sd: cmd.SourcesAndDest, chown: cmd.Chown, chmod: cmd.Chmod, add: true})
 	}
@@ -332,14 +332,24 @@ func (bd *build) onBuild(ctx context.Context, st *stage) error {
 	return nil
 }
 
+// needsBuildKit refuses a Dockerfile feature only BuildKit has: in
+// dockerd's words (classic) to a classic client, and as what husk's
+// builder lacks to a BuildKit client, which has BuildKit already.
+func (bd *build) needsBuildKit(classic, feature string) error {
+	if bd.opts.BuildKit {
+		return errdefs.ErrNotImplemented.WithMessage(feature + " is not supported by husk's builder")
+	}
+	return errdefs.ErrInvalidArgument.WithMessage(classic)
+}
+
 // runCmd is RUN: the command runs in the stage's build VM, and its changes
 // become the step's layer.
 func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCommand) error {
 	if len(cmd.FlagsUsed) > 0 {
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("the --%s option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", cmd.FlagsUsed[0]))
+		return bd.needsBuildKit(fmt.Sprintf("the --%s option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", cmd.FlagsUsed[0]), "RUN --"+cmd.FlagsUsed[0])
 	}
 	if len(cmd.Files) > 0 {
-		return errdefs.ErrInvalidArgument.WithMessage("heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled")
+		return bd.needsBuildKit("heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", "heredocs")
 	}
 	args := resolveCmdLine(st, cmd.ShellDependantCmdLine)
 	if len(args) == 0 {
