@@ -179,6 +179,7 @@ func (b *bridge) Solve(ctx context.Context, req *gatewayapi.SolveRequest) (*gate
 		return nil, status.Error(codes.InvalidArgument, "no build ID in the request")
 	}
 	j := b.s.jobs.get(id)
+	defer b.s.jobs.abandon(id, j)
 	select {
 	case <-j.ready:
 	case <-ctx.Done():

@@ -15,11 +15,12 @@ const jobLinger = time.Minute
 
 // A job is one solve's progress, by the client's ref.
 type job struct {
-	mu      sync.Mutex
-	updates []*controlapi.StatusResponse
-	changed chan struct{} // closed and replaced on every update
-	done    bool
-	solving bool
+	mu       sync.Mutex
+	updates  []*controlapi.StatusResponse
+	changed  chan struct{} // closed and replaced on every update
+	done     bool
+	solving  bool
+	vertexes int // vertexes numbered so far
 	// A gateway build (the client drives it: buildx always does) has
 	// its Control.Solve, which says where the session is and what to
 	// export, and the client's gateway Solve, which asks for the build;
@@ -100,6 +101,14 @@ func (j *job) publish(u *controlapi.StatusResponse) {
 	j.updates = append(j.updates, u)
 	close(j.changed)
 	j.changed = make(chan struct{})
+}
+
+// nextVertex numbers a new vertex of the job.
+func (j *job) nextVertex() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.vertexes++
+	return j.vertexes
 }
 
 // since returns the updates from index i on, whether the job is done,

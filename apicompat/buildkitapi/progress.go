@@ -22,7 +22,6 @@ type progress struct {
 	ref string
 
 	mu  sync.Mutex
-	n   int
 	cur *controlapi.Vertex
 }
 
@@ -33,9 +32,8 @@ func (p *progress) vertex(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.completeLocked("")
-	p.n++
 	p.cur = &controlapi.Vertex{
-		Digest:  digest.FromString(fmt.Sprintf("%s %d %s", p.ref, p.n, name)).String(),
+		Digest:  digest.FromString(fmt.Sprintf("%s %d %s", p.ref, p.j.nextVertex(), name)).String(),
 		Name:    name,
 		Started: timestamppb.Now(),
 	}

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/moby/buildkit/client"
@@ -160,6 +161,10 @@ func contextDir(t *testing.T) fsutil.FS {
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A FIFO is never made on the daemon's side.
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	fs, err := fsutil.NewFS(dir)
 	if err != nil {

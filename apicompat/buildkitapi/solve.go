@@ -21,6 +21,7 @@ import (
 	"github.com/moby/buildkit/session/filesync"
 	"github.com/moby/moby/api/types/registry"
 	"github.com/moby/patternmatcher/ignorefile"
+	fstypes "github.com/tonistiigi/fsutil/types"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -116,7 +117,7 @@ func (s *Server) fetch(ctx context.Context, caller session.Caller, p *progress, 
 
 	p.vertex("[internal] load build context")
 	if err := filesync.FSSync(ctx, caller, filesync.FSSendRequestOpt{
-		Name: "context", DestDir: ctxDir, ExcludePatterns: excludes,
+		Name: "context", DestDir: ctxDir, ExcludePatterns: excludes, Filter: plainFiles,
 	}); err != nil {
 		return nil, fmt.Errorf("failed to transfer the build context: %w", err)
 	}
@@ -130,6 +131,15 @@ func (s *Server) fetch(ctx context.Context, caller session.Caller, p *progress, 
 		pw.CloseWithError(err)
 	}()
 	return pr, nil
+}
+
+// plainFiles keeps the files a context may hold: regular files,
+// directories and symlinks. A device, FIFO or socket the client sends is
+// never made on the host (a build has no use for one: dockerd's classic
+// context cannot carry them either).
+func plainFiles(_ string, st *fstypes.Stat) bool {
+	m := os.FileMode(st.Mode)
+	return m.IsRegular() || m.IsDir() || m&os.ModeSymlink != 0
 }
 
 // readIn reads a file the client sent into dir, inside dir only.
