@@ -869,9 +869,6 @@ func TestBuildKitOnlyFeatures(t *testing.T) {
 		{"run mount", "FROM base\nRUN --mount=type=cache,target=/c true\n",
 			"the --mount option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
 			"RUN --mount is not supported by husk's builder"},
-		{"run heredoc", "FROM base\nRUN <<EOT\ntrue\nEOT\n",
-			"heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
-			"heredocs is not supported by husk's builder"},
 		{"copy link", "FROM base\nCOPY --link a /x\n",
 			"the --link, --parents and --exclude options require BuildKit",
 			"COPY --link, --parents and --exclude is not supported by husk's builder"},
@@ -891,5 +888,52 @@ func TestBuildKitOnlyFeatures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Heredocs, for a BuildKit client: a RUN that is one document runs its
+// text, any other has its documents put back for the shell; COPY makes
+// each document a file, expanded unless its delimiter is quoted.
+func TestHeredocs(t *testing.T) {
+	f := newFixture(t)
+	df := "FROM base\nENV NAME=bob\n" +
+		"RUN <<EOT\necho a\necho b\nEOT\n" +
+		"RUN <<-EOT\n\techo tabbed\n\tEOT\n" +
+		"RUN cat <<EOT > /x\nhello $NAME\nEOT\n" +
+		"COPY <<EOT /greet\nhi $NAME\nEOT\n" +
+		"COPY <<'EOT' <<EOF /docs/\n$NAME\nEOT\nsecond\nEOF\n"
+	id, err := f.b.Build(context.Background(), BuildOptions{
+		Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte(df), BuildKit: true, Remove: true,
+	}, Output{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scripts []string
+	for _, p := range f.vms.vms[0].runs {
+		scripts = append(scripts, strings.Join(p.Args, "|"))
+	}
+	want := []string{"/bin/sh|-c|echo a\necho b\n", "/bin/sh|-c|echo tabbed\n", "/bin/sh|-c|cat <<EOT > /x\nhello $NAME\nEOT"}
+	if !slices.Equal(scripts, want) {
+		t.Errorf("RUN scripts = %q, want %q", scripts, want)
+	}
+	files := f.files(id)
+	for name, want := range map[string]string{"greet": "0:0 644 hi bob\n", "docs/EOT": "0:0 644 $NAME\n", "docs/EOF": "0:0 644 second\n"} {
+		if files[name] != want {
+			t.Errorf("%s = %q, want %q", name, files[name], want)
+		}
+	}
+
+	_, err = f.b.Build(context.Background(), BuildOptions{
+		Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte("FROM base\nRUN <<EOT\n#!/bin/sh\ntrue\nEOT\n"), BuildKit: true,
+	}, Output{})
+	if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "starts with #!") {
+		t.Errorf("shebang heredoc: err = %v", err)
+	}
+	// A classic client is told, in dockerd's words, to use BuildKit.
+	for _, df := range []string{"FROM base\nRUN <<EOT\ntrue\nEOT\n", "FROM base\nCOPY <<EOT /x\nx\nEOT\n"} {
+		_, _, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: df})
+		if want := "heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled"; err == nil || err.Error() != want {
+			t.Errorf("classic %q: err = %v", df, err)
+		}
 	}
 }

@@ -45,9 +45,32 @@ type copySource struct {
 	isDir bool
 	// hidden reports context paths .dockerignore excludes.
 	hidden func(string) bool
-	// url says the source was downloaded: its tree is its own, and ADD
-	// does not extract it.
+	// url says the source was downloaded, or is an inline document: its
+	// tree is its own, and ADD does not extract it.
 	url bool
+}
+
+// inlineSource is a COPY <<EOF document as a source: one file, 0644, in
+// a tree of its own (closed with the step, and never extracted by ADD,
+// as BuildKit does not).
+func (bd *build) inlineSource(ctx context.Context, doc instructions.SourceContent) (copySource, error) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	name := path.Base(path.Clean("/" + doc.Path))
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(doc.Data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
+		return copySource{}, err
+	}
+	if _, err := io.WriteString(tw, doc.Data); err != nil {
+		return copySource{}, err
+	}
+	if err := tw.Close(); err != nil {
+		return copySource{}, err
+	}
+	tree, err := newTarIndex(ctx, bd.b.tmp, &b)
+	if err != nil {
+		return copySource{}, fmt.Errorf("inline document %s: %w", doc.Path, err)
+	}
+	return copySource{tree: tree, path: name, base: name, hidden: func(string) bool { return false }, url: true}, nil
 }
 
 func (r copyRequest) fail(err error) error {
@@ -59,7 +82,7 @@ func (r copyRequest) fail(err error) error {
 // contents it holds) is what identifies the sources in the cache key, in
 // place of dockerd's tarsum.
 func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error {
-	if len(req.sd.SourceContents) > 0 {
+	if len(req.sd.SourceContents) > 0 && !bd.opts.BuildKit {
 		return bd.needsBuildKit("heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", "heredocs")
 	}
 	tree, isContext, err := bd.sourceTree(ctx, req.from)
@@ -84,6 +107,13 @@ func (bd *build) copyCmd(ctx context.Context, st *stage, req copyRequest) error 
 	}()
 	if err != nil {
 		return err
+	}
+	for _, doc := range req.sd.SourceContents {
+		s, err := bd.inlineSource(ctx, doc)
+		if err != nil {
+			return req.fail(err)
+		}
+		srcs = append(srcs, s)
 	}
 	if len(srcs) > 1 && !strings.HasSuffix(dest, "/") {
 		return fmt.Errorf("When using %s with more than one source file, the destination must be a directory and end with a /", req.name)
@@ -248,7 +278,7 @@ func (bd *build) collectSources(ctx context.Context, tree *tarIndex, isContext b
 		}
 		out = append(out, bd.source(tree, resolved, rel, hidden))
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && len(req.sd.SourceContents) == 0 {
 		return out, req.fail(errors.New("no source files were specified"))
 	}
 	return out, nil

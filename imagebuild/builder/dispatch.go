@@ -13,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/sys/signal"
 
@@ -54,6 +55,19 @@ func (bd *build) dispatch(ctx context.Context, st *stage, cmd instructions.Comma
 	if ex, ok := cmd.(instructions.SupportsSingleWordExpansion); ok {
 		e := bd.expandEnv(st)
 		if err := ex.Expand(func(w string) (string, error) { return bd.expand(w, e) }); err != nil {
+			return err
+		}
+	}
+	if ex, ok := cmd.(instructions.SupportsSingleWordExpansionRaw); ok && bd.opts.BuildKit {
+		// COPY <<EOF's documents, expanded unless the delimiter was
+		// quoted, with quotes left as they are, as BuildKit does.
+		lex := shell.NewLex('\\')
+		lex.SkipProcessQuotes = true
+		e := bd.expandEnv(st)
+		if err := ex.ExpandRaw(func(w string) (string, error) {
+			out, _, err := lex.ProcessWord(w, e)
+			return out, err
+		}); err != nil {
 			return err
 		}
 	}
@@ -332,6 +346,35 @@ func (bd *build) onBuild(ctx context.Context, st *stage) error {
 	return nil
 }
 
+// heredocScript is the shell script of a RUN with heredocs, as BuildKit
+// makes it: a RUN that is one heredoc runs the document's text; any
+// other has its documents put back after the line for the shell to read.
+// A document that starts with #! BuildKit runs as a file it mounts; husk
+// cannot mount one into the step, and refuses it.
+func heredocScript(cl instructions.ShellDependantCmdLine) (string, error) {
+	if len(cl.CmdLine) != 1 || !cl.PrependShell {
+		return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("parsing produced an invalid run command: %v", cl.CmdLine))
+	}
+	if parser.MustParseHeredoc(cl.CmdLine[0]) != nil {
+		data := cl.Files[0].Data
+		if cl.Files[0].Chomp {
+			data = parser.ChompHeredocContent(data)
+		}
+		if strings.HasPrefix(data, "#!") {
+			return "", errdefs.ErrNotImplemented.WithMessage("a RUN heredoc that starts with #! is not supported by husk's builder")
+		}
+		return data, nil
+	}
+	var b strings.Builder
+	b.WriteString(cl.CmdLine[0])
+	for _, f := range cl.Files {
+		b.WriteByte('\n')
+		b.WriteString(f.Data)
+		b.WriteString(f.Name)
+	}
+	return b.String(), nil
+}
+
 // needsBuildKit refuses a Dockerfile feature only BuildKit has: in
 // dockerd's words (classic) to a classic client, and as what husk's
 // builder lacks to a BuildKit client, which has BuildKit already.
@@ -348,10 +391,18 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 	if len(cmd.FlagsUsed) > 0 {
 		return bd.needsBuildKit(fmt.Sprintf("the --%s option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", cmd.FlagsUsed[0]), "RUN --"+cmd.FlagsUsed[0])
 	}
+	cmdLine := cmd.ShellDependantCmdLine
 	if len(cmd.Files) > 0 {
-		return bd.needsBuildKit("heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", "heredocs")
+		if !bd.opts.BuildKit {
+			return bd.needsBuildKit("heredocs require BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", "heredocs")
+		}
+		script, err := heredocScript(cmdLine)
+		if err != nil {
+			return err
+		}
+		cmdLine.CmdLine = []string{script}
 	}
-	args := resolveCmdLine(st, cmd.ShellDependantCmdLine)
+	args := resolveCmdLine(st, cmdLine)
 	if len(args) == 0 {
 		return errdefs.ErrInvalidArgument.WithMessage("RUN requires at least one argument")
 	}
