@@ -50,10 +50,10 @@ func (c *control) Solve(ctx context.Context, req *controlapi.SolveRequest) (*con
 // gateway Solve built.
 func (s *Server) gatewayBuild(ctx context.Context, req *controlapi.SolveRequest, j *job) (*controlapi.SolveResponse, error) {
 	tags, err := exportTags(req)
+	j.setReady(req.Session, tags, err)
 	if err != nil {
 		return nil, err
 	}
-	j.setReady(req.Session, tags)
 	select {
 	case <-j.returned:
 	case <-ctx.Done():
@@ -185,7 +185,10 @@ func (b *bridge) Solve(ctx context.Context, req *gatewayapi.SolveRequest) (*gate
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	session, tags := j.target()
+	session, tags, refused := j.target()
+	if refused != nil {
+		return nil, refused
+	}
 	image, err := b.s.solveDockerfile(ctx, id, session, req.FrontendOpt, tags, j)
 	if err != nil {
 		return nil, err

@@ -29,6 +29,7 @@ type job struct {
 	readyOnce sync.Once
 	session   string
 	tags      []string
+	refused   error  // why the Control.Solve refused the build
 	image     string // what the gateway Solve built
 	// returned is closed when a gateway build's client returns; ret is
 	// its error, if it sent one.
@@ -119,20 +120,21 @@ func (j *job) since(i int) ([]*controlapi.StatusResponse, bool, <-chan struct{})
 	return j.updates[i:], j.done, j.changed
 }
 
-// setReady records the gateway build's session and export tags.
-func (j *job) setReady(session string, tags []string) {
+// setReady records the gateway build's session and export tags, or
+// why the build cannot be done: its gateway Solve then fails so.
+func (j *job) setReady(session string, tags []string, refused error) {
 	j.readyOnce.Do(func() {
 		j.mu.Lock()
-		j.session, j.tags = session, tags
+		j.session, j.tags, j.refused = session, tags, refused
 		j.mu.Unlock()
 		close(j.ready)
 	})
 }
 
-func (j *job) target() (session string, tags []string) {
+func (j *job) target() (session string, tags []string, refused error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.session, j.tags
+	return j.session, j.tags, j.refused
 }
 
 func (j *job) setImage(id string) {

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/moby/buildkit/client"
 	"github.com/moby/buildkit/client/llb"
@@ -267,6 +268,27 @@ func TestGatewayBuild(t *testing.T) {
 	}
 }
 
+// A gateway build whose export husk refuses fails, on both sides, rather
+// than leaving the client's Solve waiting for a build that never starts.
+func TestGatewayBuildRefused(t *testing.T) {
+	c, _ := newTestClient(t, &fakeBuilder{})
+	fs := contextDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := c.Build(ctx, client.SolveOpt{
+		LocalMounts: map[string]fsutil.FS{"context": fs, "dockerfile": fs},
+		Exports:     []client.ExportEntry{{Type: "local", OutputDir: t.TempDir()}},
+	}, "test", func(ctx context.Context, gc gateway.Client) (*gateway.Result, error) {
+		return gc.Solve(ctx, gateway.SolveRequest{Frontend: "dockerfile.v0"})
+	}, nil)
+	if err == nil || !strings.Contains(err.Error(), `exporter "local" is not supported by husk`) {
+		t.Fatalf("err = %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the build hung until the test's deadline")
+	}
+}
+
 func TestSolveErrors(t *testing.T) {
 	fs := func(t *testing.T) map[string]fsutil.FS {
 		f := contextDir(t)
@@ -289,9 +311,9 @@ func TestSolveErrors(t *testing.T) {
 		{name: "local exporter", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "local", OutputDir: "/nonexistent"}}},
 			want: `exporter "local" is not supported by husk`, code: codes.Unimplemented},
 		{name: "other platform", opt: client.SolveOpt{Frontend: "dockerfile.v0", FrontendAttrs: map[string]string{"platform": "linux/arm64"}},
-			want: `"linux/arm64": husk builds only linux/amd64 images`, code: codes.InvalidArgument},
+			want: `"linux/arm64": husk builds only linux/amd64 images`, code: codes.Unknown},
 		{name: "named context", opt: client.SolveOpt{Frontend: "dockerfile.v0", FrontendAttrs: map[string]string{"context:base": "docker-image://box"}},
-			want: "named build contexts are not supported by husk: base", code: codes.InvalidArgument},
+			want: "named build contexts are not supported by husk: base", code: codes.Unknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	controlapi "github.com/moby/buildkit/api/services/control"
 	"github.com/moby/buildkit/session"
@@ -37,7 +36,7 @@ const sessionWait = 10 * time.Second
 func (s *Server) solveDockerfile(ctx context.Context, ref, sessionID string, attrs map[string]string, tags []string, j *job) (string, error) {
 	opts, err := buildOptions(attrs)
 	if err != nil {
-		return "", status.Error(codes.InvalidArgument, err.Error())
+		return "", status.Error(codes.Unknown, err.Error())
 	}
 	opts.Tags = tags
 	waitCtx, cancel := context.WithTimeout(ctx, sessionWait)
@@ -92,6 +91,9 @@ func (s *Server) fetch(ctx context.Context, caller session.Caller, p *progress, 
 		return nil, fmt.Errorf("failed to read dockerfile: %w", err)
 	}
 	df, err := readIn(dfDir, name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("failed to read dockerfile: open %s: no such file or directory", name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("failed to read dockerfile: %w", err)
 	}
@@ -259,8 +261,9 @@ func credentials(caller session.Caller) func(ctx context.Context, host string) (
 	}
 }
 
-// solveError words a build's failure as BuildKit would and gives it a
-// gRPC code.
+// solveError words a build's failure as BuildKit would. Its code is
+// Unknown, as a BuildKit solve's failures are: clients put any other
+// code's name before the message.
 func solveError(err error) error {
 	if err == nil {
 		return nil
@@ -271,12 +274,6 @@ func solveError(err error) error {
 		return status.Errorf(codes.Unknown, "process %q did not complete successfully: exit code: %d", exit.Command, exit.Code)
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
-	case errdefs.IsInvalidArgument(err):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errdefs.IsNotFound(err):
-		return status.Error(codes.NotFound, err.Error())
-	case errdefs.IsNotImplemented(err):
-		return status.Error(codes.Unimplemented, err.Error())
 	}
 	return status.Error(codes.Unknown, err.Error())
 }
