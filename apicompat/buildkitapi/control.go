@@ -34,23 +34,23 @@ func (c *control) Solve(ctx context.Context, req *controlapi.SolveRequest) (*con
 	case req.Frontend != "dockerfile.v0":
 		return nil, status.Errorf(codes.Unimplemented, "frontend %q is not supported by husk: only dockerfile.v0", req.Frontend)
 	}
-	tags, err := exportTags(req)
+	plan, err := c.s.planExport(req)
 	if err != nil {
 		return nil, err
 	}
-	id, err := c.s.solveDockerfile(ctx, req.Ref, req.Session, req.FrontendAttrs, tags, j)
+	id, err := c.s.solveDockerfile(ctx, req.Ref, req.Session, req.FrontendAttrs, plan, j)
 	if err != nil {
 		return nil, err
 	}
-	return exported(id, tags), nil
+	return exported(id, plan), nil
 }
 
 // gatewayBuild is the Control.Solve of a build the client drives through
 // the gateway: it waits for the client's Return and reports what the
 // gateway Solve built.
 func (s *Server) gatewayBuild(ctx context.Context, req *controlapi.SolveRequest, j *job) (*controlapi.SolveResponse, error) {
-	tags, err := exportTags(req)
-	j.setReady(req.Session, tags, err)
+	plan, err := s.planExport(req)
+	j.setReady(req.Session, plan, err)
 	if err != nil {
 		return nil, err
 	}
@@ -62,20 +62,21 @@ func (s *Server) gatewayBuild(ctx context.Context, req *controlapi.SolveRequest,
 	if j.ret != nil && j.ret.Code != int32(codes.OK) {
 		return nil, status.ErrorProto(j.ret)
 	}
-	if id := j.builtImage(); id != "" {
-		return exported(id, tags), nil
-	}
-	return &controlapi.SolveResponse{}, nil
+	return exported(j.builtImage(), plan), nil
 }
 
-// exported is the exporter's answer for image id, named tags.
-func exported(id string, tags []string) *controlapi.SolveResponse {
+// exported is the exporters' answer for image id: the image exporter's
+// digest and names, and nothing for an export to the client only.
+func exported(id string, plan exportPlan) *controlapi.SolveResponse {
+	if id == "" || !plan.image {
+		return &controlapi.SolveResponse{}
+	}
 	resp := map[string]string{
 		"containerimage.config.digest": id,
 		"containerimage.digest":        id,
 	}
-	if len(tags) > 0 {
-		resp["image.name"] = strings.Join(tags, ",")
+	if len(plan.tags) > 0 {
+		resp["image.name"] = strings.Join(plan.tags, ",")
 	}
 	return &controlapi.SolveResponse{ExporterResponse: resp}
 }
@@ -185,11 +186,11 @@ func (b *bridge) Solve(ctx context.Context, req *gatewayapi.SolveRequest) (*gate
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	session, tags, refused := j.target()
+	session, plan, refused := j.target()
 	if refused != nil {
 		return nil, refused
 	}
-	image, err := b.s.solveDockerfile(ctx, id, session, req.FrontendOpt, tags, j)
+	image, err := b.s.solveDockerfile(ctx, id, session, req.FrontendOpt, plan, j)
 	if err != nil {
 		return nil, err
 	}

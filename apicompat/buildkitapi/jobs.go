@@ -28,7 +28,7 @@ type job struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	session   string
-	tags      []string
+	plan      exportPlan
 	refused   error  // why the Control.Solve refused the build
 	image     string // what the gateway Solve built
 	// returned is closed when a gateway build's client returns; ret is
@@ -120,21 +120,21 @@ func (j *job) since(i int) ([]*controlapi.StatusResponse, bool, <-chan struct{})
 	return j.updates[i:], j.done, j.changed
 }
 
-// setReady records the gateway build's session and export tags, or
-// why the build cannot be done: its gateway Solve then fails so.
-func (j *job) setReady(session string, tags []string, refused error) {
+// setReady records the gateway build's session and exports, or why the
+// build cannot be done: its gateway Solve then fails so.
+func (j *job) setReady(session string, plan exportPlan, refused error) {
 	j.readyOnce.Do(func() {
 		j.mu.Lock()
-		j.session, j.tags, j.refused = session, tags, refused
+		j.session, j.plan, j.refused = session, plan, refused
 		j.mu.Unlock()
 		close(j.ready)
 	})
 }
 
-func (j *job) target() (session string, tags []string, refused error) {
+func (j *job) target() (session string, plan exportPlan, refused error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.session, j.tags, j.refused
+	return j.session, j.plan, j.refused
 }
 
 func (j *job) setImage(id string) {

@@ -47,7 +47,10 @@ type Options struct {
 	TempDir string
 	// Version is the daemon's version, reported as BuildKit's.
 	Version string
-	Logger  *slog.Logger
+	// Files, when set, lets builds be exported to the client as a
+	// directory or a tar (docker build -o).
+	Files  ImageFiles
+	Logger *slog.Logger
 }
 
 // Server serves /grpc and /session for one daemon.

@@ -3,6 +3,7 @@ package buildkitapi
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -109,9 +110,13 @@ type bufferedConn struct {
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
-func newTestClient(t *testing.T, b Builder) (*client.Client, *Server) {
+func newTestClient(t *testing.T, b Builder, files ...ImageFiles) (*client.Client, *Server) {
 	t.Helper()
-	s, err := New(b, Options{TempDir: t.TempDir(), Version: "test"})
+	opts := Options{TempDir: t.TempDir(), Version: "test"}
+	if len(files) > 0 {
+		opts.Files = files[0]
+	}
+	s, err := New(b, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,11 +282,11 @@ func TestGatewayBuildRefused(t *testing.T) {
 	defer cancel()
 	_, err := c.Build(ctx, client.SolveOpt{
 		LocalMounts: map[string]fsutil.FS{"context": fs, "dockerfile": fs},
-		Exports:     []client.ExportEntry{{Type: "local", OutputDir: t.TempDir()}},
+		Exports:     []client.ExportEntry{{Type: "oci", OutputDir: t.TempDir()}},
 	}, "test", func(ctx context.Context, gc gateway.Client) (*gateway.Result, error) {
 		return gc.Solve(ctx, gateway.SolveRequest{Frontend: "dockerfile.v0"})
 	}, nil)
-	if err == nil || !strings.Contains(err.Error(), `exporter "local" is not supported by husk`) {
+	if err == nil || !strings.Contains(err.Error(), `exporter "oci" is not supported by husk`) {
 		t.Fatalf("err = %v", err)
 	}
 	if ctx.Err() != nil {
@@ -308,8 +313,10 @@ func TestSolveErrors(t *testing.T) {
 		{name: "other frontend", opt: client.SolveOpt{Frontend: "gateway.v0"},
 			want: `frontend "gateway.v0" is not supported by husk`, code: codes.Unimplemented},
 		{name: "LLB", def: true, want: "LLB definitions are not supported", code: codes.Unimplemented},
-		{name: "local exporter", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "local", OutputDir: "/nonexistent"}}},
-			want: `exporter "local" is not supported by husk`, code: codes.Unimplemented},
+		{name: "oci exporter", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "oci", OutputDir: "/nonexistent"}}},
+			want: `exporter "oci" is not supported by husk`, code: codes.Unimplemented},
+		{name: "local exporter without image files", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "local", OutputDir: "/nonexistent"}}},
+			want: `exporter "local" is not available`, code: codes.Unimplemented},
 		{name: "other platform", opt: client.SolveOpt{Frontend: "dockerfile.v0", FrontendAttrs: map[string]string{"platform": "linux/arm64"}},
 			want: `"linux/arm64": husk builds only linux/amd64 images`, code: codes.Unknown},
 		{name: "named context", opt: client.SolveOpt{Frontend: "dockerfile.v0", FrontendAttrs: map[string]string{"context:base": "docker-image://box"}},
@@ -354,5 +361,111 @@ func TestBuildOptions(t *testing.T) {
 	}
 	if opts, _ := buildOptions(map[string]string{"force-network-mode": "sandbox"}); opts.Network.Mode != "" || opts.Dockerfile != "Dockerfile" {
 		t.Errorf("default options = %+v", opts)
+	}
+}
+
+// imageTar is a flattened image as fakeFiles writes it.
+type fakeFiles struct{ id string }
+
+func (f *fakeFiles) WriteRootfs(_ context.Context, id string, w io.Writer) error {
+	f.id = id
+	tw := tar.NewWriter(w)
+	for _, h := range []tar.Header{
+		{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "etc/conf", Typeflag: tar.TypeReg, Mode: 0o640, Size: 2},
+		{Name: "ro/", Typeflag: tar.TypeDir, Mode: 0o555},
+		{Name: "ro/f", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2},
+		{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "/etc/conf"},
+		{Name: "hard", Typeflag: tar.TypeLink, Linkname: "etc/conf"},
+		{Name: "fifo", Typeflag: tar.TypeFifo, Mode: 0o644},
+		{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2},
+	} {
+		if err := tw.WriteHeader(&h); err != nil {
+			return err
+		}
+		if h.Size > 0 {
+			if _, err := io.WriteString(tw, "c\n"); err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Close()
+}
+
+// docker build -o: the image's files come back to the client, into a
+// directory (local) and as a tar (tar), with nothing of the image made
+// outside the daemon's directory or as a device.
+func TestExportToClient(t *testing.T) {
+	files := &fakeFiles{}
+	c, _ := newTestClient(t, &fakeBuilder{}, files)
+	fs := contextDir(t)
+	out := t.TempDir()
+	var tarOut bytes.Buffer
+	resp, err := c.Build(context.Background(), client.SolveOpt{
+		LocalMounts: map[string]fsutil.FS{"context": fs, "dockerfile": fs},
+		Exports: []client.ExportEntry{
+			{Type: "local", OutputDir: out},
+			{Type: "tar", Output: func(map[string]string) (io.WriteCloser, error) { return nopCloser{&tarOut}, nil }},
+		},
+	}, "test", func(ctx context.Context, gc gateway.Client) (*gateway.Result, error) {
+		return gc.Solve(ctx, gateway.SolveRequest{Frontend: "dockerfile.v0"})
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files.id != "sha256:0123" {
+		t.Errorf("exported image %q", files.id)
+	}
+	if d, ok := resp.ExporterResponse["containerimage.digest"]; ok {
+		t.Errorf("an export to the client only reported image %s", d)
+	}
+	for name, want := range map[string]string{"etc/conf": "c\n", "hard": "c\n", "ro/f": "c\n", "escape": "c\n"} {
+		if b, err := os.ReadFile(filepath.Join(out, name)); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v", name, b, err)
+		}
+	}
+	if l, err := os.Readlink(filepath.Join(out, "link")); err != nil || l != "/etc/conf" {
+		t.Errorf("link -> %q, %v", l, err)
+	}
+	if _, err := os.Lstat(filepath.Join(out, "fifo")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the FIFO was made: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(out, "ro")); err != nil || fi.Mode().Perm() != 0o555 {
+		t.Errorf("ro: %v, %v", fi, err)
+	}
+	var names []string
+	tr := tar.NewReader(&tarOut)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, h.Name)
+	}
+	if !slices.Contains(names, "etc/conf") || !slices.Contains(names, "fifo") || slices.Contains(names, "./") {
+		t.Errorf("tar holds %q", names)
+	}
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// An image whose names would lead out of the directory it is unpacked
+// into cannot write there.
+func TestUnpackStaysInside(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	_ = tw.WriteHeader(&tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: outside})
+	_ = tw.WriteHeader(&tar.Header{Name: "out/x", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	_, _ = tw.Write([]byte("x"))
+	_ = tw.Close()
+	if err := unpack(dir, &b); err == nil {
+		t.Error("unpack wrote through a link that leaves its directory")
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("written outside: %v", entries)
 	}
 }

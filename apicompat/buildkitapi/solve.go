@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distribution/reference"
-	controlapi "github.com/moby/buildkit/api/services/control"
 	"github.com/moby/buildkit/session"
 	"github.com/moby/buildkit/session/auth"
 	"github.com/moby/buildkit/session/filesync"
@@ -31,14 +29,14 @@ import (
 // which the client opens beside the solve.
 const sessionWait = 10 * time.Second
 
-// solveDockerfile runs a dockerfile.v0 solve with husk's builder and
-// returns the image's ID, tagged with tags.
-func (s *Server) solveDockerfile(ctx context.Context, ref, sessionID string, attrs map[string]string, tags []string, j *job) (string, error) {
+// solveDockerfile runs a dockerfile.v0 solve with husk's builder, exports
+// the image as plan says and returns its ID.
+func (s *Server) solveDockerfile(ctx context.Context, ref, sessionID string, attrs map[string]string, plan exportPlan, j *job) (string, error) {
 	opts, err := buildOptions(attrs)
 	if err != nil {
 		return "", status.Error(codes.Unknown, err.Error())
 	}
-	opts.Tags = tags
+	opts.Tags = plan.tags
 	waitCtx, cancel := context.WithTimeout(ctx, sessionWait)
 	caller, err := s.sessions.Get(waitCtx, sessionID, false)
 	cancel()
@@ -68,7 +66,13 @@ func (s *Server) solveDockerfile(ctx context.Context, ref, sessionID string, att
 	}
 	err = solveError(err)
 	p.end(err)
-	return id, err
+	if err != nil {
+		return "", err
+	}
+	if err := s.export(ctx, caller, p, id, plan.outputs); err != nil {
+		return "", solveError(err)
+	}
+	return id, nil
 }
 
 // fetch pulls the Dockerfile, .dockerignore and the context from the
@@ -207,36 +211,6 @@ func buildOptions(attrs map[string]string) (builder.BuildOptions, error) {
 		}
 	}
 	return opts, nil
-}
-
-// exportTags reads the image names the solve's exporter asks for. husk
-// exports to its own image store (the moby exporter) and nothing else.
-func exportTags(req *controlapi.SolveRequest) ([]string, error) {
-	exporters := req.Exporters
-	if len(exporters) == 0 && req.ExporterDeprecated != "" {
-		exporters = []*controlapi.Exporter{{Type: req.ExporterDeprecated, Attrs: req.ExporterAttrsDeprecated}}
-	}
-	var tags []string
-	for _, e := range exporters {
-		switch e.Type {
-		case "moby", "image":
-		default:
-			return nil, status.Errorf(codes.Unimplemented, "exporter %q is not supported by husk: builds go to the image store", e.Type)
-		}
-		if e.Attrs["push"] == "true" {
-			return nil, status.Error(codes.Unimplemented, "push from a build is not supported by husk: build, then docker push")
-		}
-		for n := range strings.SplitSeq(e.Attrs["name"], ",") {
-			if n = strings.TrimSpace(n); n == "" {
-				continue
-			}
-			if _, err := reference.ParseNormalizedNamed(n); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "invalid reference format %q: %v", n, err)
-			}
-			tags = append(tags, n)
-		}
-	}
-	return tags, nil
 }
 
 // credentials asks the client's session for a registry's credentials, as

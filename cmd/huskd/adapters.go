@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -249,4 +250,14 @@ type buildSandbox struct{ *containers.BuildVM }
 
 func (s buildSandbox) Run(ctx context.Context, p builder.Process, stdout, stderr io.Writer) (int, error) {
 	return s.BuildVM.Run(ctx, proto.ProcessSpec{Args: p.Args, Env: p.Env, Cwd: p.Cwd, User: p.User}, stdout, stderr)
+}
+
+// WriteRootfs writes an image's merged filesystem as a tar, for the
+// BuildKit endpoint's local and tar exporters.
+func (a imageSource) WriteRootfs(ctx context.Context, imageID string, w io.Writer) error {
+	layers, err := a.Layers(ctx, imageID)
+	if err != nil {
+		return fmt.Errorf("layers of %s: %w", imageID, err)
+	}
+	return rootfs.Flatten(ctx, w, layers)
 }

@@ -204,6 +204,7 @@ func run(parent context.Context, cfg Config) error {
 	}
 	buildKit, err := buildkitapi.New(imageBuilder, buildkitapi.Options{
 		TempDir: filepath.Join(cfg.Root, "builds", "contexts"), Version: version, Logger: logger,
+		Files: imageSource{images},
 	})
 	if err != nil {
 		return fmt.Errorf("open BuildKit endpoints: %w", err)
