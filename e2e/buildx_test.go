@@ -63,8 +63,8 @@ func dockerWithConfig(t *testing.T, dir string, args ...string) result {
 
 // TestBuildx: docker build with buildx installed reaches the daemon's
 // BuildKit through buildx's docker driver: it builds and tags an image,
-// and sends a build's files back to the client as a directory and as a
-// tar (-o). Steps run with no network, which the reference dockerd (no
+// pushes one (--push), and sends a build's files back to the client as a
+// directory and as a tar (-o). Steps run with no network, which the reference dockerd (no
 // bridge) can give them.
 func TestBuildx(t *testing.T) {
 	requireSuite(t)
@@ -95,6 +95,15 @@ func TestBuildx(t *testing.T) {
 	if got := mustDocker(t, "run", "--rm", "--network", "none", tag, "cat", "/greeting", "/keep.txt"); got != "hello buildx\nkept\n" {
 		t.Errorf("the built image holds %q", got)
 	}
+
+	// --push: buildx pushes what the build tagged through the daemon.
+	pushed := suite.Registry + "/husk/" + namePrefix(t) + ":pushed"
+	t.Cleanup(func() { docker(t, "rmi", "-f", pushed) })
+	if r := dockerWithConfig(t, cfg, "build", "--network", "none", "--push", "-t", pushed, dir); r.Code != 0 {
+		t.Fatalf("docker build --push: %+v", r)
+	}
+	mustDocker(t, "rmi", pushed)
+	mustDocker(t, "pull", pushed)
 
 	out := filepath.Join(t.TempDir(), "out")
 	if r := dockerWithConfig(t, cfg, "build", "--network", "none", "-o", "type=local,dest="+out, dir); r.Code != 0 {

@@ -64,9 +64,9 @@ func (s *Server) planExport(req *controlapi.SolveRequest) (exportPlan, error) {
 		default:
 			return plan, status.Errorf(codes.Unimplemented, "exporter %q is not supported by husk: builds go to the image store, a directory or a tar", e.Type)
 		}
-		if e.Attrs["push"] == "true" {
-			return plan, status.Error(codes.Unimplemented, "push from a build is not supported by husk: build, then docker push")
-		}
+		// push is left to the client: buildx pushes what the moby
+		// exporter tagged through the daemon's push endpoint, as dockerd
+		// (which ignores the attribute) needs it to.
 		for n := range strings.SplitSeq(e.Attrs["name"], ",") {
 			if n = strings.TrimSpace(n); n == "" {
 				continue
