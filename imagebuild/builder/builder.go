@@ -250,6 +250,22 @@ func (e *ExitError) Error() string {
 // defaultPath is the PATH dockerd gives a stage whose image sets none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// platformArgs are the ARGs BuildKit defines for every build, for the
+// build's and the target's platform: FROM may use them, and a stage that
+// declares one without a value gets it. Both platforms are linux/amd64,
+// the only one husk's build VMs run.
+func platformArgs(platform string) map[string]string {
+	if platform == "" || platform == "linux" {
+		platform = "linux/amd64"
+	}
+	targetOS, arch, _ := strings.Cut(platform, "/")
+	arch, variant, _ := strings.Cut(arch, "/")
+	return map[string]string{
+		"BUILDPLATFORM": "linux/amd64", "BUILDOS": "linux", "BUILDARCH": "amd64", "BUILDVARIANT": "",
+		"TARGETPLATFORM": platform, "TARGETOS": targetOS, "TARGETARCH": arch, "TARGETVARIANT": variant,
+	}
+}
+
 // builtinArgs may be passed without an ARG and reach RUN steps, as in
 // dockerd; they never appear in history unless declared.
 var builtinArgs = map[string]bool{
@@ -383,6 +399,13 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		bd.total += len(s.Commands)
 	}
 
+	auto := map[string]string{}
+	if bd.opts.BuildKit {
+		auto = platformArgs(bd.opts.Platform)
+		for k, v := range auto {
+			bd.meta[k] = &v
+		}
+	}
 	for _, m := range metaArgs {
 		bd.printStep(m.String())
 		for _, kv := range m.Args {
@@ -391,6 +414,8 @@ func (bd *build) run(ctx context.Context) (string, error) {
 				if err != nil {
 					return "", err
 				}
+				kv.Value = &v
+			} else if v, ok := auto[kv.Key]; ok {
 				kv.Value = &v
 			}
 			if given, ok := bd.opts.BuildArgs[kv.Key]; ok && given != nil {

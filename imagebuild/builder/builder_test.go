@@ -937,3 +937,33 @@ func TestHeredocs(t *testing.T) {
 		}
 	}
 }
+
+// A BuildKit client's build has BuildKit's platform ARGs: FROM may use
+// them, and a stage has one that it declares.
+func TestPlatformArgs(t *testing.T) {
+	f := newFixture(t)
+	df := "ARG TARGETOS\nFROM --platform=$BUILDPLATFORM base\nARG TARGETARCH BUILDPLATFORM\nRUN echo $TARGETARCH $BUILDPLATFORM\nRUN echo undeclared\n"
+	_, err := f.b.Build(context.Background(), BuildOptions{
+		Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte(df), BuildKit: true, Remove: true,
+	}, Output{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := f.vms.vms[0].runs
+	if len(runs) != 2 {
+		t.Fatalf("%d runs", len(runs))
+	}
+	for _, want := range []string{"TARGETARCH=amd64", "BUILDPLATFORM=linux/amd64"} {
+		if !slices.Contains(runs[0].Env, want) {
+			t.Errorf("RUN env %q lacks %s", runs[0].Env, want)
+		}
+	}
+	for _, kv := range runs[1].Env {
+		if strings.HasPrefix(kv, "TARGETOS=") {
+			t.Errorf("an undeclared platform ARG reached the stage: %s", kv)
+		}
+	}
+	if got := platformArgs("linux/arm/v7"); got["TARGETARCH"] != "arm" || got["TARGETVARIANT"] != "v7" || got["BUILDARCH"] != "amd64" {
+		t.Errorf("platformArgs(linux/arm/v7) = %v", got)
+	}
+}
