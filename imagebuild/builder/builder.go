@@ -48,6 +48,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -250,6 +251,42 @@ func (e *ExitError) Error() string {
 // defaultPath is the PATH dockerd gives a stage whose image sets none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// neededStages marks the stages the last one depends on, through FROM
+// or COPY --from, as BuildKit builds only those: a test or lint stage the
+// target does not use is skipped.
+func (bd *build) neededStages(stages []instructions.Stage) []bool {
+	need := make([]bool, len(stages))
+	need[len(stages)-1] = true
+	meta := envOf(bd.metaEnv())
+	for i := len(stages) - 1; i >= 0; i-- {
+		if !need[i] {
+			continue
+		}
+		mark := func(name string, byIndex bool) {
+			for j := i - 1; j >= 0; j-- {
+				if stages[j].Name != "" && strings.EqualFold(stages[j].Name, name) {
+					need[j] = true
+					return
+				}
+			}
+			if n, err := strconv.Atoi(name); byIndex && err == nil && n >= 0 && n < i {
+				need[n] = true
+			}
+		}
+		// FROM expands the global ARGs; --from is taken as written, as
+		// BuildKit takes it.
+		if base, err := bd.expand(stages[i].BaseName, meta); err == nil {
+			mark(base, false)
+		}
+		for _, cmd := range stages[i].Commands {
+			if c, ok := cmd.(*instructions.CopyCommand); ok && c.From != "" {
+				mark(c.From, true)
+			}
+		}
+	}
+	return need
+}
+
 // platformArgs are the ARGs BuildKit defines for every build, for the
 // build's and the target's platform: FROM may use them, and a stage that
 // declares one without a value gets it. Both platforms are linux/amd64,
@@ -407,7 +444,10 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		}
 	}
 	for _, m := range metaArgs {
-		bd.printStep(m.String())
+		if !bd.opts.BuildKit {
+			// BuildKit shows no step for a global ARG.
+			bd.printStep(m.String())
+		}
 		for _, kv := range m.Args {
 			if kv.Value != nil {
 				v, err := bd.expand(*kv.Value, envOf(bd.metaEnv()))
@@ -426,6 +466,20 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		}
 	}
 
+	need := make([]bool, len(stages))
+	for i := range need {
+		need[i] = true
+	}
+	if bd.opts.BuildKit {
+		need = bd.neededStages(stages)
+		bd.total = 0
+		for i, s := range stages {
+			if need[i] {
+				bd.total += 1 + len(s.Commands)
+			}
+		}
+	}
+
 	var last *stage
 	for i := range stages {
 		s := &stages[i]
@@ -438,6 +492,10 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		}
 		st := &stage{name: s.Name, index: i}
 		bd.stages = append(bd.stages, st)
+		if !need[i] {
+			// Kept, imageless, so that stages are still found by index.
+			continue
+		}
 		bd.printStep(s.SourceCode)
 		if err := bd.from(ctx, st, s.BaseName); err != nil {
 			return "", err

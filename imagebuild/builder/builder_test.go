@@ -967,3 +967,37 @@ func TestPlatformArgs(t *testing.T) {
 		t.Errorf("platformArgs(linux/arm/v7) = %v", got)
 	}
 }
+
+// For a BuildKit client only the stages the target needs are built, as
+// BuildKit does: a failing stage nothing uses does not fail the build.
+func TestUnneededStagesSkipped(t *testing.T) {
+	f := newFixture(t)
+	df := "ARG SRC=deps\n" +
+		"FROM base AS deps\nRUN echo deps\n" +
+		"FROM base AS lint\nRUN exit 1\n" +
+		"FROM base AS tool\nRUN echo tool\n" +
+		"FROM base AS unused\nRUN exit 2\n" +
+		"FROM ${SRC} AS mid\nRUN echo mid\n" +
+		"FROM base\nCOPY --from=mid /etc/passwd /p\nCOPY --from=2 /etc/group /g\nRUN echo final\n"
+	var steps []string
+	_, err := f.b.Build(context.Background(), BuildOptions{
+		Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte(df), BuildKit: true, Remove: true,
+	}, Output{Step: func(n, total int, instruction string) {
+		steps = append(steps, fmt.Sprintf("%d/%d %s", n, total, instruction))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1/10 FROM base AS deps", "2/10 RUN echo deps", "3/10 FROM base AS tool", "4/10 RUN echo tool",
+		"5/10 FROM ${SRC} AS mid", "6/10 RUN echo mid",
+		"7/10 FROM base", "8/10 COPY --from=mid /etc/passwd /p", "9/10 COPY --from=2 /etc/group /g", "10/10 RUN echo final"}
+	if len(steps) < len(want) || !slices.Equal(steps[:len(want)], want) {
+		t.Errorf("steps = %q, want %q", steps, want)
+	}
+	// A classic client builds every stage, as dockerd's classic builder.
+	f.vms.next = func() *fakeVM { return &fakeVM{t: t, codes: []int{1}} }
+	var exit *ExitError
+	if _, _, err := f.build(BuildOptions{}, file{name: "Dockerfile", body: df}); !errors.As(err, &exit) || exit.Command != "/bin/sh -c exit 1" {
+		t.Errorf("classic build: err = %v, want the lint stage's failure", err)
+	}
+}
