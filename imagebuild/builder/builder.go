@@ -422,13 +422,17 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		}
 		stages = stages[:i+1]
 	}
-	keys := make([]string, 0, len(bd.opts.Labels))
-	for k := range bd.opts.Labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		stages[len(stages)-1].AddCommand(instructions.NewLabelCommand(k, bd.opts.Labels[k], true))
+	if !bd.opts.BuildKit {
+		// dockerd's classic builder adds --label as LABEL steps; BuildKit
+		// sets them on the image it exports (labelImage).
+		keys := make([]string, 0, len(bd.opts.Labels))
+		for k := range bd.opts.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			stages[len(stages)-1].AddCommand(instructions.NewLabelCommand(k, bd.opts.Labels[k], true))
+		}
 	}
 	bd.shlex = shell.NewLex(ast.EscapeToken)
 	bd.total = len(metaArgs) + len(stages)
@@ -536,6 +540,12 @@ func (bd *build) run(ctx context.Context) (string, error) {
 	}
 	if last == nil || last.imageID == "" {
 		return "", errors.New("No image was generated. Is your Dockerfile empty?")
+	}
+	if bd.opts.BuildKit && len(bd.opts.Labels) > 0 {
+		if err := last.labelImage(ctx, bd, bd.opts.Labels); err != nil {
+			return "", err
+		}
+		bd.out.Aux(last.imageID)
 	}
 	if !bd.opts.Quiet {
 		bd.scaffold("Successfully built %s\n", shortID(last.imageID))
@@ -875,6 +885,24 @@ func (st *stage) commit(ctx context.Context, bd *build, createdBy string, layer 
 	id, err := bd.b.opts.Images.CreateImage(ctx, cfg, layers, st.imageID)
 	if err != nil {
 		return fmt.Errorf("commit step: %w", err)
+	}
+	return st.load(ctx, bd, id)
+}
+
+// labelImage makes st's image again with labels added to its config and
+// nothing to its history, as BuildKit applies --label when it exports. The
+// config keeps its creation time, so the same labels on the same image
+// make the same image.
+func (st *stage) labelImage(ctx context.Context, bd *build, labels map[string]string) error {
+	cfg := st.cfg
+	cfg.Config.Labels = maps.Clone(cfg.Config.Labels)
+	if cfg.Config.Labels == nil {
+		cfg.Config.Labels = map[string]string{}
+	}
+	maps.Copy(cfg.Config.Labels, labels)
+	id, err := bd.b.opts.Images.CreateImage(ctx, cfg, st.layers, st.imageID)
+	if err != nil {
+		return fmt.Errorf("label the image: %w", err)
 	}
 	return st.load(ctx, bd, id)
 }

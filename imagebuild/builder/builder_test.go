@@ -1001,3 +1001,36 @@ func TestUnneededStagesSkipped(t *testing.T) {
 		t.Errorf("classic build: err = %v, want the lint stage's failure", err)
 	}
 }
+
+// A BuildKit client's --label is set on the image, not added as LABEL
+// steps, and the same labels on the same build give the same image.
+func TestBuildKitLabels(t *testing.T) {
+	f := newFixture(t)
+	build := func() (string, []string) {
+		var steps []string
+		id, err := f.b.Build(context.Background(), BuildOptions{
+			Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte("FROM base\nLABEL own=yes\n"),
+			BuildKit: true, Remove: true, Labels: map[string]string{"com.example.a": "1", "own": "overridden"},
+		}, Output{Step: func(_, _ int, instruction string) { steps = append(steps, instruction) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, steps
+	}
+	id, steps := build()
+	if want := []string{"FROM base", "LABEL own=yes"}; !slices.Equal(steps, want) {
+		t.Errorf("steps = %q, want %q", steps, want)
+	}
+	img := f.config(id)
+	if want := map[string]string{"com.example.a": "1", "own": "overridden"}; !maps.Equal(img.Config.Config.Labels, want) {
+		t.Errorf("labels = %v, want %v", img.Config.Config.Labels, want)
+	}
+	for _, h := range img.Config.History {
+		if strings.Contains(h.CreatedBy, "com.example.a") {
+			t.Errorf("history has a step for the label: %q", h.CreatedBy)
+		}
+	}
+	if again, _ := build(); again != id {
+		t.Errorf("rebuild gave %s, want %s", again, id)
+	}
+}
