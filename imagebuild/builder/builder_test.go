@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -869,12 +870,12 @@ func TestBuildKitOnlyFeatures(t *testing.T) {
 		{"run mount", "FROM base\nRUN --mount=type=cache,target=/c true\n",
 			"the --mount option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
 			"RUN --mount is not supported by husk's builder"},
-		{"copy link", "FROM base\nCOPY --link a /x\n",
+		{"copy parents", "FROM base\nCOPY --parents a /x\n",
 			"the --link, --parents and --exclude options require BuildKit",
-			"COPY --link, --parents and --exclude is not supported by husk's builder"},
-		{"add checksum", "FROM base\nADD --checksum=sha256:0000000000000000000000000000000000000000000000000000000000000000 a /x\n",
+			"COPY --parents and --exclude is not supported by husk's builder"},
+		{"add exclude", "FROM base\nADD --exclude=b a /x\n",
 			"the --link, --exclude and --checksum options require BuildKit",
-			"ADD --link, --exclude and --checksum is not supported by husk's builder"},
+			"ADD --exclude is not supported by husk's builder"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, buildKit := range []bool{false, true} {
@@ -1032,5 +1033,39 @@ func TestBuildKitLabels(t *testing.T) {
 	}
 	if again, _ := build(); again != id {
 		t.Errorf("rebuild gave %s, want %s", again, id)
+	}
+}
+
+// For a BuildKit client COPY --link is a plain copy and ADD --checksum
+// checks the download, in BuildKit's words.
+func TestLinkAndChecksum(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "remote\n")
+	}))
+	defer srv.Close()
+	good := "sha256:" + fmt.Sprintf("%x", sha256.Sum256([]byte("remote\n")))
+	bad := "sha256:" + strings.Repeat("0", 64)
+	f := newFixture(t)
+	build := func(df string) (string, error) {
+		return f.b.Build(context.Background(), BuildOptions{
+			Context: bytes.NewReader(makeTar(t, file{name: "a", body: "A\n"})), DockerfileContent: []byte(df), BuildKit: true, Remove: true,
+		}, Output{})
+	}
+	id, err := build("FROM base\nCOPY --link a /a\nADD --link --checksum=" + good + " " + srv.URL + "/r.txt /r.txt\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := f.files(id)
+	if files["a"] != "0:0 644 A\n" || files["r.txt"] != "0:0 600 remote\n" {
+		t.Errorf("a = %q, r.txt = %q", files["a"], files["r.txt"])
+	}
+	for df, want := range map[string]string{
+		"FROM base\nADD --checksum=" + bad + " " + srv.URL + "/r.txt /r.txt\n": "digest mismatch for " + srv.URL + "/r.txt: " + good + " (expected: " + bad + ")",
+		"FROM base\nADD --checksum=" + good + " a /a\n":                        "checksum requires HTTP(S) or Git sources",
+		"FROM base\nADD --checksum=" + good + " a a /d/\n":                     "checksum can't be specified for multiple sources",
+	} {
+		if _, err := build(df); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", df, err, want)
+		}
 	}
 }

@@ -35,6 +35,9 @@ type copyRequest struct {
 	chown string
 	chmod string
 	add   bool
+	// checksum is ADD --checksum: the digest a downloaded source must
+	// have.
+	checksum string
 }
 
 // copySource is one matched source.
@@ -238,7 +241,7 @@ func (bd *build) collectSources(ctx context.Context, tree *tarIndex, isContext b
 			if !req.add {
 				return out, req.fail(errors.New("source can't be a URL for COPY"))
 			}
-			s, err := bd.download(ctx, src, dest)
+			s, err := bd.download(ctx, src, dest, req.checksum)
 			if err != nil {
 				return out, req.fail(err)
 			}

@@ -148,16 +148,25 @@ func (bd *build) dispatch(ctx context.Context, st *stage, cmd instructions.Comma
 		return bd.workdir(ctx, st, cmd)
 	case *instructions.RunCommand:
 		return bd.runCmd(ctx, st, cmd)
+	// For a BuildKit client --link is taken as a plain copy: it changes
+	// how BuildKit may reuse the layer, not the files the image holds.
 	case *instructions.CopyCommand:
-		if cmd.Link || cmd.Parents || len(cmd.ExcludePatterns) > 0 {
-			return bd.needsBuildKit("the --link, --parents and --exclude options require BuildKit", "COPY --link, --parents and --exclude")
+		if (cmd.Link && !bd.opts.BuildKit) || cmd.Parents || len(cmd.ExcludePatterns) > 0 {
+			return bd.needsBuildKit("the --link, --parents and --exclude options require BuildKit", "COPY --parents and --exclude")
 		}
 		return bd.copyCmd(ctx, st, copyRequest{name: "COPY", sd: cmd.SourcesAndDest, from: cmd.From, chown: cmd.Chown, chmod: cmd.Chmod})
 	case *instructions.AddCommand:
-		if cmd.Link || len(cmd.ExcludePatterns) > 0 || cmd.Checksum != "" {
-			return bd.needsBuildKit("the --link, --exclude and --checksum options require BuildKit", "ADD --link, --exclude and --checksum")
+		if (!bd.opts.BuildKit && (cmd.Link || cmd.Checksum != "")) || len(cmd.ExcludePatterns) > 0 {
+			return bd.needsBuildKit("the --link, --exclude and --checksum options require BuildKit", "ADD --exclude")
 		}
-		return bd.copyCmd(ctx, st, copyRequest{name: "ADD", sd: cmd.SourcesAndDest, chown: cmd.Chown, chmod: cmd.Chmod, add: true})
+		if cmd.Checksum != "" && (len(cmd.SourcePaths) != 1 || !isURL(cmd.SourcePaths[0])) {
+			// BuildKit's words; husk's ADD takes no git sources.
+			if len(cmd.SourcePaths) != 1 {
+				return errdefs.ErrInvalidArgument.WithMessage("checksum can't be specified for multiple sources")
+			}
+			return errdefs.ErrInvalidArgument.WithMessage("checksum requires HTTP(S) or Git sources")
+		}
+		return bd.copyCmd(ctx, st, copyRequest{name: "ADD", sd: cmd.SourcesAndDest, chown: cmd.Chown, chmod: cmd.Chmod, add: true, checksum: cmd.Checksum})
 	}
 	return errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf("%s is not supported by the classic builder", strings.ToUpper(cmd.Name())))
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/jsonstream"
+	digest "github.com/opencontainers/go-digest"
 )
 
 // unnamedFile is the name an ADD download gets when neither its URL nor
@@ -33,7 +34,7 @@ const progressStep = 1 << 20
 // of one file, mode 0600, carrying the response's Last-Modified time (the
 // epoch without one). An archive downloaded is not extracted. dest is the
 // ADD's destination: one ending in "/" needs a name for the file.
-func (bd *build) download(ctx context.Context, src, dest string) (copySource, error) {
+func (bd *build) download(ctx context.Context, src, dest, checksum string) (copySource, error) {
 	u, err := url.Parse(src)
 	if err != nil {
 		return copySource{}, err
@@ -57,9 +58,13 @@ func (bd *build) download(ctx context.Context, src, dest string) (copySource, er
 	}
 	os.Remove(f.Name())
 	defer f.Close()
-	size, err := io.Copy(f, &progressReader{r: resp.Body, total: resp.ContentLength, step: progressStep, status: "Downloading", send: bd.progress})
+	digester := digest.Canonical.Digester()
+	size, err := io.Copy(io.MultiWriter(f, digester.Hash()), &progressReader{r: resp.Body, total: resp.ContentLength, step: progressStep, status: "Downloading", send: bd.progress})
 	if err != nil {
 		return copySource{}, fmt.Errorf("download %s: %w", src, err)
+	}
+	if got := digester.Digest(); checksum != "" && got.String() != checksum {
+		return copySource{}, fmt.Errorf("digest mismatch for %s: %s (expected: %s)", src, got, checksum)
 	}
 	bd.progress(jsonstream.Message{Status: "Downloading", Progress: &jsonstream.Progress{Current: size, Total: max(resp.ContentLength, size)}})
 	bd.printf("\n")
