@@ -313,9 +313,9 @@ func TestSolveErrors(t *testing.T) {
 		{name: "other frontend", opt: client.SolveOpt{Frontend: "gateway.v0"},
 			want: `frontend "gateway.v0" is not supported by husk`, code: codes.Unimplemented},
 		{name: "LLB", def: true, want: "LLB definitions are not supported", code: codes.Unimplemented},
-		{name: "oci exporter", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "oci", OutputDir: "/nonexistent"}}},
+		{name: "oci exporter", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "oci", OutputDir: "(temp)"}}},
 			want: `exporter "oci" is not supported by husk`, code: codes.Unimplemented},
-		{name: "local exporter without image files", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "local", OutputDir: "/nonexistent"}}},
+		{name: "local exporter without image files", opt: client.SolveOpt{Frontend: "dockerfile.v0", Exports: []client.ExportEntry{{Type: "local", OutputDir: "(temp)"}}},
 			want: `exporter "local" is not available`, code: codes.Unimplemented},
 		{name: "other platform", opt: client.SolveOpt{Frontend: "dockerfile.v0", FrontendAttrs: map[string]string{"platform": "linux/arm64"}},
 			want: `"linux/arm64": husk builds only linux/amd64 images`, code: codes.Unknown},
@@ -326,6 +326,10 @@ func TestSolveErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, _ := newTestClient(t, &fakeBuilder{err: tt.buildErr})
 			tt.opt.LocalMounts = fs(t)
+			for i := range tt.opt.Exports {
+				// The client makes an exporter's directory itself.
+				tt.opt.Exports[i].OutputDir = t.TempDir()
+			}
 			var def *llb.Definition
 			if tt.def {
 				d, err := llb.Image("box").Marshal(context.Background())
