@@ -2,6 +2,7 @@ package buildkitapi
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -88,8 +89,8 @@ func (p *progress) completeLocked(errMsg string) {
 func (p *progress) output() builder.Output {
 	return builder.Output{
 		Stream: p.log,
-		Step: func(n, total int, instruction string) {
-			p.vertex(fmt.Sprintf("[%d/%d] %s", n, total, instruction))
+		Step: func(stage string, n, total int, instruction string) {
+			p.vertex(stepName(stage, n, total, instruction))
 		},
 		Cached: p.cached,
 		// A FROM's pull reports per layer; the log keeps the lines
@@ -100,4 +101,13 @@ func (p *progress) output() builder.Output {
 			}
 		},
 	}
+}
+
+// stepName is a step's vertex name as BuildKit writes it: "[stage n/m]
+// INSTRUCTION", the number padded to the total's width.
+func stepName(stage string, n, total int, instruction string) string {
+	if stage != "" {
+		stage += " "
+	}
+	return fmt.Sprintf("[%s%*d/%d] %s", stage, len(strconv.Itoa(total)), n, total, instruction)
 }

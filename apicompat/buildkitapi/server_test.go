@@ -57,9 +57,9 @@ func (f *fakeBuilder) Build(_ context.Context, opts builder.BuildOptions, out bu
 	f.mu.Lock()
 	f.opts, f.files, f.dockerfile = opts, files, string(opts.DockerfileContent)
 	f.mu.Unlock()
-	out.Step(1, 2, "FROM box")
+	out.Step("", 1, 2, "FROM box")
 	out.Cached()
-	out.Step(2, 2, "RUN echo hi")
+	out.Step("", 2, 2, "RUN echo hi")
 	out.Stream("hi\n")
 	if f.err != nil {
 		return "", f.err
@@ -346,6 +346,22 @@ func TestSolveErrors(t *testing.T) {
 				t.Errorf("code = %v, want %v", st.Code(), tt.code)
 			}
 		})
+	}
+}
+
+func TestStepName(t *testing.T) {
+	for _, tc := range []struct {
+		stage    string
+		n, total int
+		want     string
+	}{
+		{"", 1, 3, "[1/3] RUN x"},
+		{"build", 2, 12, "[build  2/12] RUN x"},
+		{"stage-2", 10, 10, "[stage-2 10/10] RUN x"},
+	} {
+		if got := stepName(tc.stage, tc.n, tc.total, "RUN x"); got != tc.want {
+			t.Errorf("stepName(%q, %d, %d) = %q, want %q", tc.stage, tc.n, tc.total, got, tc.want)
+		}
 	}
 }
 

@@ -226,12 +226,14 @@ type Output struct {
 	Aux func(id string)
 	// Progress gets pull progress for FROM images.
 	Progress func(jsonstream.Message)
-	// Step, when set, is told as each step starts, with its number, the
-	// total and the instruction; the classic stream's own lines ("Step
-	// n/m", " ---> ID", "Running in", "Removing intermediate container",
-	// "Successfully built/tagged") are then left out of Stream, which
-	// carries only what the steps print. BuildKit clients draw steps so.
-	Step func(n, total int, instruction string)
+	// Step, when set, is told as each step starts, as BuildKit numbers
+	// steps: by stage (named by its name, "stage-N" when unnamed, "" when
+	// it is the only one), the step's number and the stage's total, and
+	// the instruction. The classic stream's own lines ("Step n/m", " --->
+	// ID", "Running in", "Removing intermediate container", "Successfully
+	// built/tagged") are then left out of Stream, which carries only what
+	// the steps print.
+	Step func(stage string, n, total int, instruction string)
 	// Cached, when set with Step, is told that the current step was
 	// taken from the build cache.
 	Cached func()
@@ -450,7 +452,7 @@ func (bd *build) run(ctx context.Context) (string, error) {
 	for _, m := range metaArgs {
 		if !bd.opts.BuildKit {
 			// BuildKit shows no step for a global ARG.
-			bd.printStep(m.String())
+			bd.printStep(nil, m.String())
 		}
 		for _, kv := range m.Args {
 			if kv.Value != nil {
@@ -500,7 +502,14 @@ func (bd *build) run(ctx context.Context) (string, error) {
 			// Kept, imageless, so that stages are still found by index.
 			continue
 		}
-		bd.printStep(s.SourceCode)
+		if len(stages) > 1 {
+			st.label = s.Name
+			if st.label == "" {
+				st.label = fmt.Sprintf("stage-%d", i)
+			}
+		}
+		st.total = 1 + len(s.Commands)
+		bd.printStep(st, s.SourceCode)
 		if err := bd.from(ctx, st, s.BaseName); err != nil {
 			return "", err
 		}
@@ -515,7 +524,7 @@ func (bd *build) run(ctx context.Context) (string, error) {
 				bd.printf("Build cancelled\n")
 				return "", errors.New("Build cancelled")
 			}
-			bd.printStep(fmt.Sprint(cmd))
+			bd.printStep(st, fmt.Sprint(cmd))
 			if err := bd.dispatch(ctx, st, cmd); err != nil {
 				return "", err
 			}
@@ -562,10 +571,13 @@ func (bd *build) run(ctx context.Context) (string, error) {
 	return last.imageID, nil
 }
 
-func (bd *build) printStep(s string) {
+// printStep reports a step starting: to Output.Step by st's own count,
+// else as the classic stream's "Step n/m" over the whole build.
+func (bd *build) printStep(st *stage, s string) {
 	bd.step++
-	if bd.out.Step != nil {
-		bd.out.Step(bd.step, bd.total, s)
+	if bd.out.Step != nil && st != nil {
+		st.step++
+		bd.out.Step(st.label, st.step, st.total, s)
 		return
 	}
 	bd.printf("Step %d/%d : %s", bd.step, bd.total, s)
@@ -689,6 +701,9 @@ func randomID() string {
 type stage struct {
 	name  string
 	index int
+	// label, step and total number the stage's steps for Output.Step.
+	label       string
+	step, total int
 
 	imageID string // current image; "" for scratch before its first step
 	cfg     v1.ConfigFile

@@ -818,8 +818,8 @@ func TestStepOutput(t *testing.T) {
 			Remove:            true,
 		}, Output{
 			Stream: func(s string) { out.WriteString(s) },
-			Step: func(n, total int, instruction string) {
-				steps = append(steps, step{instruction: fmt.Sprintf("%d/%d %s", n, total, instruction)})
+			Step: func(stage string, n, total int, instruction string) {
+				steps = append(steps, step{instruction: fmt.Sprintf("%q %d/%d %s", stage, n, total, instruction)})
 			},
 			Cached: func() { steps[len(steps)-1].cached = true },
 		})
@@ -829,7 +829,7 @@ func TestStepOutput(t *testing.T) {
 		return steps, out.String()
 	}
 	steps, out := build()
-	want := []step{{instruction: "1/3 FROM base"}, {instruction: "2/3 COPY a.txt /"}, {instruction: "3/3 RUN true"}}
+	want := []step{{instruction: `"" 1/3 FROM base`}, {instruction: `"" 2/3 COPY a.txt /`}, {instruction: `"" 3/3 RUN true`}}
 	if !slices.Equal(steps, want) {
 		t.Errorf("steps = %v, want %v", steps, want)
 	}
@@ -983,15 +983,15 @@ func TestUnneededStagesSkipped(t *testing.T) {
 	var steps []string
 	_, err := f.b.Build(context.Background(), BuildOptions{
 		Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte(df), BuildKit: true, Remove: true,
-	}, Output{Step: func(n, total int, instruction string) {
-		steps = append(steps, fmt.Sprintf("%d/%d %s", n, total, instruction))
+	}, Output{Step: func(stage string, n, total int, instruction string) {
+		steps = append(steps, fmt.Sprintf("%s %d/%d %s", stage, n, total, instruction))
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"1/10 FROM base AS deps", "2/10 RUN echo deps", "3/10 FROM base AS tool", "4/10 RUN echo tool",
-		"5/10 FROM ${SRC} AS mid", "6/10 RUN echo mid",
-		"7/10 FROM base", "8/10 COPY --from=mid /etc/passwd /p", "9/10 COPY --from=2 /etc/group /g", "10/10 RUN echo final"}
+	want := []string{"deps 1/2 FROM base AS deps", "deps 2/2 RUN echo deps", "tool 1/2 FROM base AS tool", "tool 2/2 RUN echo tool",
+		"mid 1/2 FROM ${SRC} AS mid", "mid 2/2 RUN echo mid",
+		"stage-5 1/4 FROM base", "stage-5 2/4 COPY --from=mid /etc/passwd /p", "stage-5 3/4 COPY --from=2 /etc/group /g", "stage-5 4/4 RUN echo final"}
 	if len(steps) < len(want) || !slices.Equal(steps[:len(want)], want) {
 		t.Errorf("steps = %q, want %q", steps, want)
 	}
@@ -1012,7 +1012,7 @@ func TestBuildKitLabels(t *testing.T) {
 		id, err := f.b.Build(context.Background(), BuildOptions{
 			Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte("FROM base\nLABEL own=yes\n"),
 			BuildKit: true, Remove: true, Labels: map[string]string{"com.example.a": "1", "own": "overridden"},
-		}, Output{Step: func(_, _ int, instruction string) { steps = append(steps, instruction) }})
+		}, Output{Step: func(_ string, _, _ int, instruction string) { steps = append(steps, instruction) }})
 		if err != nil {
 			t.Fatal(err)
 		}
