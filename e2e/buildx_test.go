@@ -70,17 +70,12 @@ func TestBuildx(t *testing.T) {
 	requireSuite(t)
 	cfg := buildxConfig(t)
 	img := pulled(t, testimages.Busybox)
-	dir := t.TempDir()
-	for name, body := range map[string]string{
+	dir := writeContext(t, map[string]string{
 		"Dockerfile":    "FROM " + img + "\nARG WHO=nobody\nRUN echo \"hello $WHO\" > /greeting\nCOPY keep.txt /\n",
 		"keep.txt":      "kept\n",
 		"secret.txt":    "ignored\n",
 		".dockerignore": "secret.txt\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 
 	ls := dockerWithConfig(t, cfg, "buildx", "ls")
 	if ls.Code != 0 || !strings.Contains(ls.Stdout, "running") || strings.Contains(ls.Stdout, "docker-container") {

@@ -140,8 +140,7 @@ func TestComposeBuild(t *testing.T) {
 	composePlugin(t)
 	img := pulled(t, testimages.Busybox)
 	project := strings.ReplaceAll(namePrefix(t), "-", "")
-	dir := t.TempDir()
-	for name, body := range map[string]string{
+	dir := writeContext(t, map[string]string{
 		"ctx/keep.txt":      "kept\n",
 		"ctx/secret.txt":    "ignored\n",
 		"ctx/sub/f":         "sub\n",
@@ -150,15 +149,7 @@ func TestComposeBuild(t *testing.T) {
 			"FROM base AS final\nCOPY . /ctx/\nARG GREETING=none\nRUN echo \"$GREETING\" > /greeting\n" +
 			"CMD [\"sh\", \"-c\", \"ls -A /ctx | tr '\\\\n' ' '; cat /base /greeting\"]\n" +
 			"FROM final AS failing\nRUN echo about to fail; exit 3\n",
-	} {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	okImage, badImage := project+"-ok", project+"-bad"
 	spec := `services:
   ok:
