@@ -543,7 +543,9 @@ func (bd *build) run(ctx context.Context) (string, error) {
 			unused = append(unused, k)
 		}
 	}
-	if len(unused) > 0 {
+	if len(unused) > 0 && !bd.opts.BuildKit {
+		// BuildKit does not warn of them: buildx passes its own
+		// (BUILDKIT_INLINE_CACHE and the like) as build args.
 		sort.Strings(unused)
 		bd.printf("[Warning] One or more build-args [%s] were not consumed\n", strings.Join(unused, " "))
 	}

@@ -815,6 +815,8 @@ func TestStepOutput(t *testing.T) {
 			Context:           bytes.NewReader(makeTar(t, file{name: "a.txt", body: "A\n"})),
 			DockerfileContent: []byte("FROM base\nCOPY a.txt /\nRUN true\n"),
 			Tags:              []string{"stepped"},
+			BuildKit:          true,
+			BuildArgs:         map[string]*string{"BUILDKIT_INLINE_CACHE": str("1")},
 			Remove:            true,
 		}, Output{
 			Stream: func(s string) { out.WriteString(s) },
@@ -829,6 +831,9 @@ func TestStepOutput(t *testing.T) {
 		return steps, out.String()
 	}
 	steps, out := build()
+	if strings.Contains(out, "Warning") {
+		t.Errorf("a BuildKit client was warned of an unused build arg:\n%s", out)
+	}
 	want := []step{{instruction: `"" 1/3 FROM base`}, {instruction: `"" 2/3 COPY a.txt /`}, {instruction: `"" 3/3 RUN true`}}
 	if !slices.Equal(steps, want) {
 		t.Errorf("steps = %v, want %v", steps, want)
