@@ -426,6 +426,13 @@ func (p *cinitProgram) cinitRest(cfg initConfig, fds cinitFds, res programInRoot
 	// process
 	p.op(cinitChroot, wrap("chroot %s", cfg.Root), cstr(cfg.Root))
 	p.op(cinitChdir, wrap("chdir /"), cstr("/"))
+	// After the chroot, so that the targets resolve inside the root.
+	for _, m := range spec.Tmpfs {
+		target := filepath.Clean("/" + m.Target)
+		p.op(cinitMkdirAll, pathErr("create mount point %s", "mkdir", target, target), cstr(target), cnum(0o755))
+		p.op(cinitMount, wrap("mount tmpfs on %s", target), cstr("tmpfs"), cstr(target), cstr("tmpfs"),
+			cnum(uintptr(unix.MS_NOSUID|unix.MS_NODEV)), cstr(tmpfsData(m)))
+	}
 	p.op(cinitMkdirAll, pathErr("create working directory %s", "mkdir", res.cwd, res.cwd), cstr(res.cwd), cnum(0o755))
 	if cfg.InitBinary != "" {
 		// Bound after the chroot, so that the image's /sbin (a
@@ -446,6 +453,15 @@ func (p *cinitProgram) cinitRest(cfg initConfig, fds cinitFds, res programInRoot
 	p.oomScoreAdj(cfg.OomScoreAdj)
 	p.processOps(spec, limits, drop, res.user, res.cwd, procsFd, fds.barrier, path, args, env)
 	return nil
+}
+
+// tmpfsData is the mount data of a process's tmpfs.
+func tmpfsData(m proto.ProcessTmpfs) string {
+	data := fmt.Sprintf("mode=%o,uid=%d,gid=%d", m.Mode&0o7777, m.UID, m.GID)
+	if m.Size > 0 {
+		data += ",size=" + strconv.FormatInt(m.Size, 10)
+	}
+	return data
 }
 
 // oomScoreAdj appends the write of the process's oom_score_adj

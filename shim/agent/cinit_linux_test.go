@@ -105,6 +105,12 @@ func TestMainProcessStart(t *testing.T) {
 			stdout: "pts\r\nowner\r\n33 77\r\n1000\r\n0     ptmx\r\n"},
 		{name: "terminal, command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}, Terminal: true},
 			kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`},
+		{name: "tmpfs of its own", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
+			"grep ' /cache/x ' /proc/mounts | cut -d' ' -f1,3; echo f > /cache/x/f; stat -c '%a %u:%g' /cache/x"},
+			Tmpfs: []proto.ProcessTmpfs{{Target: "/cache/x", Mode: 0o1777, UID: 1000, GID: 1000}}},
+			stdout: "tmpfs tmpfs\n1777 1000:1000\n"},
+		{name: "tmpfs under a file", spec: proto.ProcessSpec{Args: []string{"pwd"}, Tmpfs: []proto.ProcessTmpfs{{Target: "/etc/notexec/x"}}},
+			kind: proto.KindInternal, msg: "create mount point /etc/notexec/x: mkdir /etc/notexec/x: not a directory"},
 	}
 	tests = append(tests, identityCases()...)
 	t.Cleanup(func() { threadsShareRoot(t) })

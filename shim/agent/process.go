@@ -241,6 +241,9 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		if target == nil {
 			return nil, noProcess(spec.ExecOf)
 		}
+		if len(spec.Tmpfs) > 0 {
+			return nil, &agentError{proto.KindInvalid, "start: an exec cannot have mounts of its own"}
+		}
 		select {
 		case <-target.exited:
 			return nil, &agentError{proto.KindInvalid, fmt.Sprintf("process %s is not running", spec.ExecOf)}
@@ -252,9 +255,18 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	}
 	cfg.LastCap = a.lastCap
 
+	stubs := tmpfsStubs(root, spec.Tmpfs)
 	p, err := a.spawn(id, cfg, targetPid, cgroup)
 	if err != nil {
+		removeStubs(root, stubs, a.log)
 		return nil, err
+	}
+	if len(stubs) > 0 {
+		release := p.release
+		p.release = func() {
+			release()
+			removeStubs(root, stubs, a.log)
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

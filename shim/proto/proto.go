@@ -219,6 +219,23 @@ type ProcessSpec struct {
 	// that setup failed. This saves the guest, which under TCG is the
 	// slow side, waiting out a round trip to the host between the two.
 	AwaitSetup bool `json:"awaitSetup,omitempty"`
+	// Tmpfs are mounted for this process alone (a main process, not an
+	// exec), in its own mount namespace once its root is entered: a build
+	// step's RUN --mount=type=tmpfs, and type=cache as a cache that starts
+	// empty. Mount points the root lacked are removed again when the
+	// process is forgotten, so that they stay out of the step's layer.
+	Tmpfs []ProcessTmpfs `json:"tmpfs,omitempty"`
+}
+
+// ProcessTmpfs is one of ProcessSpec.Tmpfs: an absolute target in the
+// root, and the mount's root directory's mode and owner.
+type ProcessTmpfs struct {
+	Target string `json:"target"`
+	Mode   uint32 `json:"mode"`
+	UID    int    `json:"uid"`
+	GID    int    `json:"gid"`
+	// Size caps the mount, in bytes; 0 is tmpfs's default.
+	Size int64 `json:"size,omitempty"`
 }
 
 // ExitStatus is how a process ended. Code follows the shell convention
