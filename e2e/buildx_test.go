@@ -63,8 +63,8 @@ func dockerWithConfig(t *testing.T, dir string, args ...string) result {
 
 // TestBuildx: docker build with buildx installed reaches the daemon's
 // BuildKit through buildx's docker driver: it builds and tags an image,
-// pushes one (--push), and sends a build's files back to the client as a
-// directory and as a tar (-o). Steps run with no network, which the reference dockerd (no
+// runs a step with cache and tmpfs mounts, pushes one (--push), and sends
+// a build's files back to the client as a directory and as a tar (-o). Steps run with no network, which the reference dockerd (no
 // bridge) can give them.
 func TestBuildx(t *testing.T) {
 	requireSuite(t)
@@ -89,6 +89,19 @@ func TestBuildx(t *testing.T) {
 	}
 	if got := mustDocker(t, "run", "--rm", "--network", "none", tag, "cat", "/greeting", "/keep.txt"); got != "hello buildx\nkept\n" {
 		t.Errorf("the built image holds %q", got)
+	}
+
+	// RUN --mount=type=cache and type=tmpfs: the step writes into them,
+	// and nothing it wrote there is in the image.
+	mounted := writeContext(t, map[string]string{"Dockerfile": "FROM " + img + "\n" +
+		"RUN --mount=type=cache,target=/var/cache/husk --mount=type=tmpfs,target=/scratch sh -c 'echo c > /var/cache/husk/c && echo s > /scratch/s'\n"})
+	mountTag := tag + "-mounts"
+	t.Cleanup(func() { docker(t, "rmi", "-f", mountTag) })
+	if r := dockerWithConfig(t, cfg, "build", "--network", "none", "-t", mountTag, mounted); r.Code != 0 {
+		t.Fatalf("docker build with RUN --mount: %+v", r)
+	}
+	if got := mustDocker(t, "run", "--rm", "--network", "none", mountTag, "sh", "-c", "cat /var/cache/husk/c /scratch/s 2>/dev/null; echo end"); got != "end\n" {
+		t.Errorf("the mounts' files reached the image: %q", got)
 	}
 
 	// --push: buildx pushes what the build tagged through the daemon.

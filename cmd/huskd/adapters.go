@@ -249,7 +249,11 @@ func (b buildSandboxes) NewSandbox(ctx context.Context, baseImageID string, net 
 type buildSandbox struct{ *containers.BuildVM }
 
 func (s buildSandbox) Run(ctx context.Context, p builder.Process, stdout, stderr io.Writer) (int, error) {
-	return s.BuildVM.Run(ctx, proto.ProcessSpec{Args: p.Args, Env: p.Env, Cwd: p.Cwd, User: p.User}, stdout, stderr)
+	spec := proto.ProcessSpec{Args: p.Args, Env: p.Env, Cwd: p.Cwd, User: p.User}
+	for _, m := range p.Tmpfs {
+		spec.Tmpfs = append(spec.Tmpfs, proto.ProcessTmpfs{Target: m.Target, Mode: m.Mode, UID: m.UID, GID: m.GID, Size: m.Size})
+	}
+	return s.BuildVM.Run(ctx, spec, stdout, stderr)
 }
 
 // WriteRootfs writes an image's merged filesystem as a tar, for the

@@ -131,6 +131,17 @@ type Process struct {
 	Env  []string
 	Cwd  string
 	User string
+	// Tmpfs are the step's own empty mounts (RUN --mount=type=tmpfs or
+	// type=cache): they leave nothing in its layer.
+	Tmpfs []TmpfsMount
+}
+
+// TmpfsMount is an empty filesystem mounted for one RUN step.
+type TmpfsMount struct {
+	Target   string // absolute
+	Mode     uint32
+	UID, GID int
+	Size     int64 // bytes; 0 for the default
 }
 
 // Options configure a Builder.
@@ -930,11 +941,21 @@ func (st *stage) labelImage(ctx context.Context, bd *build, labels map[string]st
 // have made an intermediate container for the step, which it reports and
 // hands to make (nil when there is none).
 func (bd *build) runStep(ctx context.Context, st *stage, createdBy string, container bool, make func(ctx context.Context, ic *intermediate) (*imagebuild.LayerInfo, error)) error {
+	return bd.runStepKeyed(ctx, st, createdBy, "", container, make)
+}
+
+// runStepKeyed is runStep for a step that is more than its history line
+// says (a RUN's mounts): keyExtra tells such steps apart in the cache.
+func (bd *build) runStepKeyed(ctx context.Context, st *stage, createdBy, keyExtra string, container bool, make func(ctx context.Context, ic *intermediate) (*imagebuild.LayerInfo, error)) error {
 	cfgJSON, err := json.Marshal(st.cfg.Config)
 	if err != nil {
 		return fmt.Errorf("encode config: %w", err)
 	}
-	key := cacheKey(st.imageID, createdBy, cfgJSON)
+	stepKey := createdBy
+	if keyExtra != "" {
+		stepKey += "\x00" + keyExtra
+	}
+	key := cacheKey(st.imageID, stepKey, cfgJSON)
 	if !bd.opts.NoCache {
 		if id, ok := bd.b.cache.get(key); ok {
 			if err := st.load(ctx, bd, id); err == nil {

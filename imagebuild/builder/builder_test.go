@@ -872,9 +872,12 @@ func TestBuildKitOnlyFeatures(t *testing.T) {
 	for _, tc := range []struct {
 		name, dockerfile, classic, buildKit string
 	}{
-		{"run mount", "FROM base\nRUN --mount=type=cache,target=/c true\n",
+		{"run mount secret", "FROM base\nRUN --mount=type=secret,id=x true\n",
 			"the --mount option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
-			"RUN --mount is not supported by husk's builder"},
+			"RUN --mount=type=secret is not supported by husk's builder"},
+		{"run network", "FROM base\nRUN --network=none true\n",
+			"the --network option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
+			"RUN --network is not supported by husk's builder"},
 		{"copy parents", "FROM base\nCOPY --parents a /x\n",
 			"the --link, --parents and --exclude options require BuildKit",
 			"COPY --parents and --exclude is not supported by husk's builder"},
@@ -1072,5 +1075,42 @@ func TestLinkAndChecksum(t *testing.T) {
 		if _, err := build(df); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err = %v, want %q", df, err, want)
 		}
+	}
+}
+
+// For a BuildKit client RUN --mount=type=cache and type=tmpfs are empty
+// mounts of the step's own (a cache that starts empty), relative targets
+// under the working directory; the mounts tell steps apart in the cache.
+func TestRunMounts(t *testing.T) {
+	f := newFixture(t)
+	build := func(df string) {
+		t.Helper()
+		if _, err := f.b.Build(context.Background(), BuildOptions{
+			Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte(df), BuildKit: true, Remove: true,
+		}, Output{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	df := "FROM base\nWORKDIR /w\nRUN --mount=type=cache,target=/root/.cache,uid=5,mode=0700 --mount=type=tmpfs,target=rel,size=1m true\n"
+	build(df)
+	vm := f.vms.vms[len(f.vms.vms)-1]
+	want := []TmpfsMount{{Target: "/root/.cache", Mode: 0o700, UID: 5}, {Target: "/w/rel", Mode: 0o1777, Size: 1 << 20}}
+	if len(vm.runs) != 1 || !slices.Equal(vm.runs[0].Tmpfs, want) {
+		t.Fatalf("runs %+v, want one with mounts %+v", vm.runs, want)
+	}
+	runs := func() int {
+		n := 0
+		for _, vm := range f.vms.vms {
+			n += len(vm.runs)
+		}
+		return n
+	}
+	build(df)
+	if runs() != 1 {
+		t.Errorf("the same step ran again (%d runs)", runs())
+	}
+	build(strings.Replace(df, "/root/.cache", "/var/cache", 1))
+	if runs() != 2 {
+		t.Errorf("a step with another mount was taken from the cache (%d runs)", runs())
 	}
 }
