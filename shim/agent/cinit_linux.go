@@ -433,6 +433,20 @@ func (p *cinitProgram) cinitRest(cfg initConfig, fds cinitFds, res programInRoot
 		p.op(cinitMount, wrap("mount tmpfs on %s", target), cstr("tmpfs"), cstr(target), cstr("tmpfs"),
 			cnum(uintptr(unix.MS_NOSUID|unix.MS_NODEV)), cstr(tmpfsData(m)))
 	}
+	for _, b := range spec.Binds {
+		src, target := filepath.Clean("/"+b.Source), filepath.Clean("/"+b.Target)
+		if b.Dir {
+			p.op(cinitMkdirAll, pathErr("create mount point %s", "mkdir", target, target), cstr(target), cnum(0o755))
+		} else {
+			dir := filepath.Dir(target)
+			p.op(cinitMkdirAll, pathErr("create mount point %s", "mkdir", dir, target), cstr(dir), cnum(0o755))
+			p.op(cinitCreate, pathErr("create mount point %s", "open", target, target), cstr(target), cnum(0o644))
+		}
+		p.op(cinitMount, wrap("bind %s on %s", src, target), cstr(src), cstr(target), cstr(""), cnum(uintptr(unix.MS_BIND|unix.MS_REC)), cstr(""))
+		if b.ReadOnly {
+			p.remountRO(target)
+		}
+	}
 	p.op(cinitMkdirAll, pathErr("create working directory %s", "mkdir", res.cwd, res.cwd), cstr(res.cwd), cnum(0o755))
 	if cfg.InitBinary != "" {
 		// Bound after the chroot, so that the image's /sbin (a

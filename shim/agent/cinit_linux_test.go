@@ -41,7 +41,12 @@ func TestMainProcessStart(t *testing.T) {
 		}{
 			{"bin/garbage", 0o755, "\x00\x01 not a program"},
 			{"etc/hosts", 0o644, "image hosts\n"},
+			{".staged/0", 0o400, "s3cret"},
+			{".staged/1/f", 0o644, "from the context\n"},
 		} {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(root, f.name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			if err := os.WriteFile(filepath.Join(root, f.name), []byte(f.data), f.mode); err != nil {
 				t.Fatal(err)
 			}
@@ -109,6 +114,12 @@ func TestMainProcessStart(t *testing.T) {
 			"grep ' /cache/x ' /proc/mounts | cut -d' ' -f1,3; echo f > /cache/x/f; stat -c '%a %u:%g' /cache/x"},
 			Tmpfs: []proto.ProcessTmpfs{{Target: "/cache/x", Mode: 0o1777, UID: 1000, GID: 1000}}},
 			stdout: "tmpfs tmpfs\n1777 1000:1000\n"},
+		{name: "binds of its own", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
+			"cat /run/secrets/tok; echo; cat /src/f; touch /src/x 2>&1 | grep -o 'Read-only file system'; echo rw > /rw/f && echo written"},
+			Binds: []proto.ProcessBind{{Source: "/.staged/0", Target: "/run/secrets/tok", ReadOnly: true},
+				{Source: "/.staged/1", Target: "/src", Dir: true, ReadOnly: true}, {Source: "/.staged/1", Target: "/rw", Dir: true}},
+			Staged: "/.staged"},
+			stdout: "s3cret\nfrom the context\nRead-only file system\nwritten\n"},
 		{name: "tmpfs under a file", spec: proto.ProcessSpec{Args: []string{"pwd"}, Tmpfs: []proto.ProcessTmpfs{{Target: "/etc/notexec/x"}}},
 			kind: proto.KindInternal, msg: "create mount point /etc/notexec/x: mkdir /etc/notexec/x: not a directory"},
 	}

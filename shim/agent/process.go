@@ -241,7 +241,7 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		if target == nil {
 			return nil, noProcess(spec.ExecOf)
 		}
-		if len(spec.Tmpfs) > 0 {
+		if len(spec.Tmpfs) > 0 || len(spec.Binds) > 0 || spec.Staged != "" {
 			return nil, &agentError{proto.KindInvalid, "start: an exec cannot have mounts of its own"}
 		}
 		select {
@@ -255,17 +255,17 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 	}
 	cfg.LastCap = a.lastCap
 
-	stubs := tmpfsStubs(root, spec.Tmpfs)
+	stubs := mountStubs(root, spec)
 	p, err := a.spawn(id, cfg, targetPid, cgroup)
 	if err != nil {
-		removeStubs(root, stubs, a.log)
+		removeStubs(root, stubs, spec.Staged, a.log)
 		return nil, err
 	}
-	if len(stubs) > 0 {
+	if len(stubs) > 0 || spec.Staged != "" {
 		release := p.release
 		p.release = func() {
 			release()
-			removeStubs(root, stubs, a.log)
+			removeStubs(root, stubs, spec.Staged, a.log)
 		}
 	}
 	a.mu.Lock()

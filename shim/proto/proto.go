@@ -225,6 +225,22 @@ type ProcessSpec struct {
 	// empty. Mount points the root lacked are removed again when the
 	// process is forgotten, so that they stay out of the step's layer.
 	Tmpfs []ProcessTmpfs `json:"tmpfs,omitempty"`
+	// Binds are bound for this process alone too, after Tmpfs: a build
+	// step's RUN --mount=type=bind and type=secret, whose files the host
+	// has put in the root under Staged. Staged is removed, with the mount
+	// stubs, when the process is forgotten; created and removed before
+	// the step's layer is cut, it leaves nothing in it.
+	Binds  []ProcessBind `json:"binds,omitempty"`
+	Staged string        `json:"staged,omitempty"`
+}
+
+// ProcessBind is one of ProcessSpec.Binds: Source and Target are
+// absolute in the root; Dir says the source is a directory.
+type ProcessBind struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	Dir      bool   `json:"dir,omitempty"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
 }
 
 // ProcessTmpfs is one of ProcessSpec.Tmpfs: an absolute target in the
