@@ -63,7 +63,8 @@ func dockerWithConfig(t *testing.T, dir string, args ...string) result {
 
 // TestBuildx: docker build with buildx installed reaches the daemon's
 // BuildKit through buildx's docker driver: it builds and tags an image,
-// runs a step with cache and tmpfs mounts, pushes one (--push), and sends
+// runs steps with cache, tmpfs, bind and secret mounts, pushes one
+// (--push), and sends
 // a build's files back to the client as a directory and as a tar (-o). Steps run with no network, which the reference dockerd (no
 // bridge) can give them.
 func TestBuildx(t *testing.T) {
@@ -102,6 +103,23 @@ func TestBuildx(t *testing.T) {
 	}
 	if got := mustDocker(t, "run", "--rm", "--network", "none", mountTag, "sh", "-c", "cat /var/cache/husk/c /scratch/s 2>/dev/null; echo end"); got != "end\n" {
 		t.Errorf("the mounts' files reached the image: %q", got)
+	}
+
+	// RUN --mount=type=bind (from the context) and type=secret (from the
+	// client): the step reads them, and neither reaches the image.
+	tok := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(tok, []byte("s3cr3t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bound := writeContext(t, map[string]string{"keep.txt": "kept\n", "Dockerfile": "FROM " + img + "\n" +
+		"RUN --mount=type=bind,source=keep.txt,target=/k --mount=type=secret,id=tok sh -c 'cat /k > /fromk; wc -c < /run/secrets/tok > /toklen'\n"})
+	boundTag := tag + "-bound"
+	t.Cleanup(func() { docker(t, "rmi", "-f", boundTag) })
+	if r := dockerWithConfig(t, cfg, "build", "--network", "none", "--secret", "id=tok,src="+tok, "-t", boundTag, bound); r.Code != 0 {
+		t.Fatalf("docker build with bind and secret mounts: %+v", r)
+	}
+	if got := mustDocker(t, "run", "--rm", "--network", "none", boundTag, "sh", "-c", "cat /fromk; tr -d ' ' < /toklen; cat /run/secrets/tok 2>/dev/null; echo end"); got != "kept\n7\nend\n" {
+		t.Errorf("the image built with bind and secret mounts holds %q", got)
 	}
 
 	// --push: buildx pushes what the build tagged through the daemon.

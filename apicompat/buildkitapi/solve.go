@@ -16,6 +16,7 @@ import (
 	"github.com/moby/buildkit/session"
 	"github.com/moby/buildkit/session/auth"
 	"github.com/moby/buildkit/session/filesync"
+	"github.com/moby/buildkit/session/secrets"
 	"github.com/moby/moby/api/types/registry"
 	"github.com/moby/patternmatcher/ignorefile"
 	fstypes "github.com/tonistiigi/fsutil/types"
@@ -44,6 +45,13 @@ func (s *Server) solveDockerfile(ctx context.Context, ref, sessionID string, att
 		return "", status.Errorf(codes.FailedPrecondition, "no session %s: %v", sessionID, err)
 	}
 	opts.Credentials = credentials(caller)
+	opts.Secret = func(ctx context.Context, id string) ([]byte, error) {
+		data, err := secrets.GetSecret(ctx, caller, id)
+		if errors.Is(err, secrets.ErrNotFound) || status.Code(err) == codes.Unimplemented {
+			return nil, nil // the client has no such secret, or none
+		}
+		return data, err
+	}
 
 	dir, err := os.MkdirTemp(s.opts.TempDir, "buildkit-context-")
 	if err != nil {

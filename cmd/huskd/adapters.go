@@ -253,6 +253,10 @@ func (s buildSandbox) Run(ctx context.Context, p builder.Process, stdout, stderr
 	for _, m := range p.Tmpfs {
 		spec.Tmpfs = append(spec.Tmpfs, proto.ProcessTmpfs{Target: m.Target, Mode: m.Mode, UID: m.UID, GID: m.GID, Size: m.Size})
 	}
+	for _, b := range p.Binds {
+		spec.Binds = append(spec.Binds, proto.ProcessBind{Source: b.Source, Target: b.Target, Dir: b.Dir, ReadOnly: b.ReadOnly})
+	}
+	spec.Staged = p.Staged
 	return s.BuildVM.Run(ctx, spec, stdout, stderr)
 }
 

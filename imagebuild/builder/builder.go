@@ -121,6 +121,9 @@ type Sandbox interface {
 	// CutLayer writes what changed in the root since the last cut or
 	// applied layer as an OCI layer tar, and starts a fresh change set.
 	CutLayer(ctx context.Context, w io.Writer) error
+	// PutFiles writes a tar's files into the root, as changes (a step's
+	// mount sources, which its process removes again when it goes).
+	PutFiles(ctx context.Context, r io.Reader) error
 	// Close powers the VM off and removes its disks.
 	Close(ctx context.Context) error
 }
@@ -132,8 +135,19 @@ type Process struct {
 	Cwd  string
 	User string
 	// Tmpfs are the step's own empty mounts (RUN --mount=type=tmpfs or
-	// type=cache): they leave nothing in its layer.
-	Tmpfs []TmpfsMount
+	// type=cache), and Binds its own binds of files Sandbox.PutFiles put
+	// under Staged (type=bind and secret): they leave nothing in its
+	// layer.
+	Tmpfs  []TmpfsMount
+	Binds  []BindMount
+	Staged string
+}
+
+// BindMount binds Source, staged in the VM's root, at Target for one RUN
+// step.
+type BindMount struct {
+	Source, Target string
+	Dir, ReadOnly  bool
 }
 
 // TmpfsMount is an empty filesystem mounted for one RUN step.
@@ -223,6 +237,9 @@ type BuildOptions struct {
 	// is refused as one husk's builder lacks, not as one that needs
 	// BuildKit.
 	BuildKit bool
+	// Secret, when set, gives a RUN --mount=type=secret its secret; nil
+	// data and no error say the client has no such secret.
+	Secret func(ctx context.Context, id string) ([]byte, error)
 	// DockerfileContent, when set, is the Dockerfile itself, which a
 	// BuildKit client sends apart from the context; Dockerfile then only
 	// names it in messages.
@@ -264,8 +281,8 @@ func (e *ExitError) Error() string {
 // defaultPath is the PATH dockerd gives a stage whose image sets none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// neededStages marks the stages the last one depends on, through FROM
-// or COPY --from, as BuildKit builds only those: a test or lint stage the
+// neededStages marks the stages the last one depends on, through FROM,
+// COPY --from or RUN --mount from=, as BuildKit builds only those: a test or lint stage the
 // target does not use is skipped.
 func (bd *build) neededStages(stages []instructions.Stage) []bool {
 	need := make([]bool, len(stages))
@@ -292,8 +309,17 @@ func (bd *build) neededStages(stages []instructions.Stage) []bool {
 			mark(base, false)
 		}
 		for _, cmd := range stages[i].Commands {
-			if c, ok := cmd.(*instructions.CopyCommand); ok && c.From != "" {
-				mark(c.From, true)
+			switch c := cmd.(type) {
+			case *instructions.CopyCommand:
+				if c.From != "" {
+					mark(c.From, true)
+				}
+			case *instructions.RunCommand:
+				for _, m := range instructions.GetMounts(c) {
+					if m.From != "" {
+						mark(m.From, true)
+					}
+				}
 			}
 		}
 	}

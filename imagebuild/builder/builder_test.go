@@ -86,6 +86,7 @@ type fakeVM struct {
 	codes   []int
 	layers  [][]byte
 	closed  bool
+	put     []string // what PutFiles was given: "name uid:gid mode content"
 }
 
 func (f *fakeVM) ApplyLayer(ctx context.Context, r io.Reader) error {
@@ -119,6 +120,21 @@ func (f *fakeVM) CutLayer(ctx context.Context, w io.Writer) error {
 }
 
 func (f *fakeVM) Close(ctx context.Context) error { f.closed = true; return nil }
+
+func (f *fakeVM) PutFiles(ctx context.Context, r io.Reader) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(tr)
+		f.put = append(f.put, fmt.Sprintf("%s %d:%d %o %s", h.Name, h.Uid, h.Gid, h.Mode, b))
+	}
+}
 
 type fakeSandboxes struct {
 	vms   []*fakeVM
@@ -872,9 +888,9 @@ func TestBuildKitOnlyFeatures(t *testing.T) {
 	for _, tc := range []struct {
 		name, dockerfile, classic, buildKit string
 	}{
-		{"run mount secret", "FROM base\nRUN --mount=type=secret,id=x true\n",
+		{"run mount ssh", "FROM base\nRUN --mount=type=ssh true\n",
 			"the --mount option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
-			"RUN --mount=type=secret is not supported by husk's builder"},
+			"RUN --mount=type=ssh is not supported by husk's builder"},
 		{"run network", "FROM base\nRUN --network=none true\n",
 			"the --network option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled",
 			"RUN --network is not supported by husk's builder"},
@@ -986,8 +1002,9 @@ func TestUnneededStagesSkipped(t *testing.T) {
 		"FROM base AS lint\nRUN exit 1\n" +
 		"FROM base AS tool\nRUN echo tool\n" +
 		"FROM base AS unused\nRUN exit 2\n" +
+		"FROM base AS mounted\nRUN echo mounted\n" +
 		"FROM ${SRC} AS mid\nRUN echo mid\n" +
-		"FROM base\nCOPY --from=mid /etc/passwd /p\nCOPY --from=2 /etc/group /g\nRUN echo final\n"
+		"FROM base\nCOPY --from=mid /etc/passwd /p\nCOPY --from=2 /etc/group /g\nRUN --mount=from=mounted,target=/m echo final\n"
 	var steps []string
 	_, err := f.b.Build(context.Background(), BuildOptions{
 		Context: bytes.NewReader(makeTar(t)), DockerfileContent: []byte(df), BuildKit: true, Remove: true,
@@ -998,8 +1015,9 @@ func TestUnneededStagesSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"deps 1/2 FROM base AS deps", "deps 2/2 RUN echo deps", "tool 1/2 FROM base AS tool", "tool 2/2 RUN echo tool",
+		"mounted 1/2 FROM base AS mounted", "mounted 2/2 RUN echo mounted",
 		"mid 1/2 FROM ${SRC} AS mid", "mid 2/2 RUN echo mid",
-		"stage-5 1/4 FROM base", "stage-5 2/4 COPY --from=mid /etc/passwd /p", "stage-5 3/4 COPY --from=2 /etc/group /g", "stage-5 4/4 RUN echo final"}
+		"stage-6 1/4 FROM base", "stage-6 2/4 COPY --from=mid /etc/passwd /p", "stage-6 3/4 COPY --from=2 /etc/group /g", "stage-6 4/4 RUN --mount=from=mounted,target=/m echo final"}
 	if len(steps) < len(want) || !slices.Equal(steps[:len(want)], want) {
 		t.Errorf("steps = %q, want %q", steps, want)
 	}
@@ -1112,5 +1130,79 @@ func TestRunMounts(t *testing.T) {
 	build(strings.Replace(df, "/root/.cache", "/var/cache", 1))
 	if runs() != 2 {
 		t.Errorf("a step with another mount was taken from the cache (%d runs)", runs())
+	}
+}
+
+// For a BuildKit client RUN --mount=type=bind and type=secret put their
+// files in the VM under the staging directory and bind them for the step
+// alone; a bind's files are part of the cache key and a secret is not, as
+// in BuildKit.
+func TestRunMountsBindSecret(t *testing.T) {
+	f := newFixture(t)
+	secret := "s3"
+	build := func(df, sub string) error {
+		_, err := f.b.Build(context.Background(), BuildOptions{
+			Context: bytes.NewReader(makeTar(t, file{name: "a.txt", body: "A\n"}, file{name: "sub/f", body: sub},
+				file{name: "ignored", body: "x"}, file{name: ".dockerignore", body: "ignored\n"})),
+			DockerfileContent: []byte(df), BuildKit: true, Remove: true,
+			Secret: func(_ context.Context, id string) ([]byte, error) {
+				if id == "tok" {
+					return []byte(secret), nil
+				}
+				return nil, nil
+			},
+		}, Output{})
+		return err
+	}
+	df := "FROM base\nWORKDIR /w\nRUN --mount=type=bind,source=sub,target=/src --mount=type=bind,source=a.txt,target=a.txt,rw " +
+		"--mount=type=secret,id=tok --mount=type=secret,id=tok,env=TOKEN,target=/t --mount=type=secret,id=absent true\n"
+	if err := build(df, "one\n"); err != nil {
+		t.Fatal(err)
+	}
+	vm := f.vms.vms[len(f.vms.vms)-1]
+	if len(vm.runs) != 1 {
+		t.Fatalf("%d runs", len(vm.runs))
+	}
+	run := vm.runs[0]
+	wantBinds := []BindMount{
+		{Source: "/.husk-run-mounts/b0", Target: "/src", Dir: true, ReadOnly: true},
+		{Source: "/.husk-run-mounts/b1", Target: "/w/a.txt"},
+		{Source: "/.husk-run-mounts/s0", Target: "/run/secrets/tok", ReadOnly: true},
+		{Source: "/.husk-run-mounts/s1", Target: "/t", ReadOnly: true},
+	}
+	if !slices.Equal(run.Binds, wantBinds) || run.Staged != "/.husk-run-mounts" {
+		t.Errorf("binds %+v staged %q, want %+v", run.Binds, run.Staged, wantBinds)
+	}
+	if !slices.Contains(run.Env, "TOKEN=s3") {
+		t.Errorf("env %q lacks TOKEN", run.Env)
+	}
+	for _, want := range []string{".husk-run-mounts/b0/f 0:0 644 one\n", ".husk-run-mounts/b1 0:0 644 A\n", ".husk-run-mounts/s0 0:0 400 s3", ".husk-run-mounts/s1 0:0 400 s3"} {
+		if !slices.Contains(vm.put, want) {
+			t.Errorf("put %q lacks %q", vm.put, want)
+		}
+	}
+	runs := func() int {
+		n := 0
+		for _, vm := range f.vms.vms {
+			n += len(vm.runs)
+		}
+		return n
+	}
+	secret = "rotated"
+	if err := build(df, "one\n"); err != nil || runs() != 1 {
+		t.Errorf("a new secret ran the step again (%d runs, %v)", runs(), err)
+	}
+	if err := build(df, "two\n"); err != nil || runs() != 2 {
+		t.Errorf("a bound file's change was taken from the cache (%d runs, %v)", runs(), err)
+	}
+	for df, want := range map[string]string{
+		"FROM base\nRUN --mount=type=secret,id=absent,required true\n":     "secret absent: not found",
+		"FROM base\nRUN --mount=type=bind,source=nope,target=/x true\n":    `failed to compute cache key: "/nope" not found: not found`,
+		"FROM base\nRUN --mount=type=bind,source=ignored,target=/x true\n": `failed to compute cache key: "/ignored" not found: not found`,
+		"FROM base\nRUN --mount=type=ssh true\n":                           "RUN --mount=type=ssh is not supported by husk's builder",
+	} {
+		if err := build(df, "x"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", df, err, want)
+		}
 	}
 }

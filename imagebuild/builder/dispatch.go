@@ -355,45 +355,6 @@ func (bd *build) onBuild(ctx context.Context, st *stage) error {
 	return nil
 }
 
-// runMounts turns a RUN's --mount flags into the step's own mounts. husk
-// has type=tmpfs, and type=cache as a cache that starts empty every time
-// (which BuildKit allows: a cache may be pruned at any moment), relative
-// targets taken from the working directory, as BuildKit takes them.
-// Binds, secrets and SSH sockets would need the client's files in the
-// build VM, which husk's builder cannot yet put there.
-func runMounts(st *stage, mounts []*instructions.Mount) ([]TmpfsMount, error) {
-	var out []TmpfsMount
-	for _, m := range mounts {
-		switch m.Type {
-		case instructions.MountTypeTmpfs, instructions.MountTypeCache:
-		default:
-			return nil, errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf("RUN --mount=type=%s is not supported by husk's builder", m.Type))
-		}
-		if m.Type == instructions.MountTypeCache && m.From != "" {
-			return nil, errdefs.ErrNotImplemented.WithMessage("RUN --mount=type=cache,from= is not supported by husk's builder")
-		}
-		target := m.Target
-		if !path.IsAbs(target) {
-			target = path.Join("/", st.cfg.Config.WorkingDir, target)
-		}
-		t := TmpfsMount{Target: path.Clean(target), Mode: 0o755, Size: m.SizeLimit}
-		if m.Type == instructions.MountTypeTmpfs {
-			t.Mode = 0o1777
-		}
-		if m.Mode != nil {
-			t.Mode = uint32(*m.Mode)
-		}
-		if m.UID != nil {
-			t.UID = int(*m.UID)
-		}
-		if m.GID != nil {
-			t.GID = int(*m.GID)
-		}
-		out = append(out, t)
-	}
-	return out, nil
-}
-
 // heredocScript is the shell script of a RUN with heredocs, as BuildKit
 // makes it: a RUN that is one heredoc runs the document's text; any
 // other has its documents put back after the line for the shell to read.
@@ -436,16 +397,17 @@ func (bd *build) needsBuildKit(classic, feature string) error {
 // runCmd is RUN: the command runs in the stage's build VM, and its changes
 // become the step's layer.
 func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCommand) error {
-	var tmpfs []TmpfsMount
+	mounts := &stepMounts{}
 	for _, flag := range cmd.FlagsUsed {
 		if flag != "mount" || !bd.opts.BuildKit {
 			return bd.needsBuildKit(fmt.Sprintf("the --%s option requires BuildKit. Refer to https://docs.docker.com/go/buildkit/ to learn how to build images with BuildKit enabled", flag), "RUN --"+flag)
 		}
 		var err error
-		if tmpfs, err = runMounts(st, instructions.GetMounts(cmd)); err != nil {
+		if mounts, err = bd.runMounts(ctx, st, instructions.GetMounts(cmd)); err != nil {
 			return err
 		}
 	}
+	defer mounts.Close()
 	cmdLine := cmd.ShellDependantCmdLine
 	if len(cmd.Files) > 0 {
 		if !bd.opts.BuildKit {
@@ -470,22 +432,23 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 	createdBy := strings.Join(saveCmd, " ")
 	c := st.cfg.Config
 	proc := Process{
-		Args:  args,
-		Env:   append(append([]string(nil), c.Env...), argEnv...),
-		Cwd:   c.WorkingDir,
-		User:  c.User,
-		Tmpfs: tmpfs,
+		Args:   args,
+		Env:    append(append(append([]string(nil), c.Env...), argEnv...), mounts.env...),
+		Cwd:    c.WorkingDir,
+		User:   c.User,
+		Tmpfs:  mounts.tmpfs,
+		Binds:  mounts.binds,
+		Staged: mounts.staged,
 	}
-	// The mounts are part of what the step is: the same command with
-	// other mounts is another step to the cache, though its history line
-	// is the same, as in BuildKit.
-	var mountKey strings.Builder
-	for _, m := range tmpfs {
-		fmt.Fprintf(&mountKey, "tmpfs %q %o %d:%d %d;", m.Target, m.Mode, m.UID, m.GID, m.Size)
-	}
-	return bd.runStepKeyed(ctx, st, createdBy, mountKey.String(), true, func(ctx context.Context, ic *intermediate) (*imagebuild.LayerInfo, error) {
+	// The mounts are part of what the step is (secrets aside, as in
+	// BuildKit): the same command with other mounts is another step to
+	// the cache, though its history line is the same.
+	return bd.runStepKeyed(ctx, st, createdBy, mounts.key, true, func(ctx context.Context, ic *intermediate) (*imagebuild.LayerInfo, error) {
 		vm, err := bd.sandbox(ctx, st)
 		if err != nil {
+			return nil, err
+		}
+		if err := mounts.stage(ctx, vm); err != nil {
 			return nil, err
 		}
 		// What dockerd's events show of the step's container running.

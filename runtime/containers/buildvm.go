@@ -203,6 +203,12 @@ func (v *BuildVM) ApplyLayer(ctx context.Context, r io.Reader) error {
 	return v.client.ApplyLayer(ctx, r)
 }
 
+// PutFiles extracts a tar into the VM's root as changes, keeping its
+// owners: a step's mount sources, which the step's process removes.
+func (v *BuildVM) PutFiles(ctx context.Context, r io.Reader) error {
+	return v.client.ArchivePut(ctx, proto.ArchiveSpec{Path: "/"}, r)
+}
+
 // CutLayer writes the root's changes since the last cut or applied layer
 // as an OCI layer tar.
 func (v *BuildVM) CutLayer(ctx context.Context, w io.Writer) error {
