@@ -273,6 +273,15 @@ func (f *fixture) modTimes(id string) map[string]time.Time {
 	}
 }
 
+// runCount is how many RUN processes the build VMs have run.
+func (f *fixture) runCount() int {
+	n := 0
+	for _, vm := range f.vms.vms {
+		n += len(vm.runs)
+	}
+	return n
+}
+
 func (f *fixture) config(id string) *imagebuild.Image {
 	f.t.Helper()
 	img, err := f.images.Resolve(context.Background(), id)
@@ -1116,20 +1125,13 @@ func TestRunMounts(t *testing.T) {
 	if len(vm.runs) != 1 || !slices.Equal(vm.runs[0].Tmpfs, want) {
 		t.Fatalf("runs %+v, want one with mounts %+v", vm.runs, want)
 	}
-	runs := func() int {
-		n := 0
-		for _, vm := range f.vms.vms {
-			n += len(vm.runs)
-		}
-		return n
-	}
 	build(df)
-	if runs() != 1 {
-		t.Errorf("the same step ran again (%d runs)", runs())
+	if f.runCount() != 1 {
+		t.Errorf("the same step ran again (%d runs)", f.runCount())
 	}
 	build(strings.Replace(df, "/root/.cache", "/var/cache", 1))
-	if runs() != 2 {
-		t.Errorf("a step with another mount was taken from the cache (%d runs)", runs())
+	if f.runCount() != 2 {
+		t.Errorf("a step with another mount was taken from the cache (%d runs)", f.runCount())
 	}
 }
 
@@ -1181,19 +1183,12 @@ func TestRunMountsBindSecret(t *testing.T) {
 			t.Errorf("put %q lacks %q", vm.put, want)
 		}
 	}
-	runs := func() int {
-		n := 0
-		for _, vm := range f.vms.vms {
-			n += len(vm.runs)
-		}
-		return n
-	}
 	secret = "rotated"
-	if err := build(df, "one\n"); err != nil || runs() != 1 {
-		t.Errorf("a new secret ran the step again (%d runs, %v)", runs(), err)
+	if err := build(df, "one\n"); err != nil || f.runCount() != 1 {
+		t.Errorf("a new secret ran the step again (%d runs, %v)", f.runCount(), err)
 	}
-	if err := build(df, "two\n"); err != nil || runs() != 2 {
-		t.Errorf("a bound file's change was taken from the cache (%d runs, %v)", runs(), err)
+	if err := build(df, "two\n"); err != nil || f.runCount() != 2 {
+		t.Errorf("a bound file's change was taken from the cache (%d runs, %v)", f.runCount(), err)
 	}
 	for df, want := range map[string]string{
 		"FROM base\nRUN --mount=type=secret,id=absent,required true\n":     "secret absent: not found",

@@ -57,13 +57,22 @@ type copySource struct {
 // a tree of its own (closed with the step, and never extracted by ADD,
 // as BuildKit does not).
 func (bd *build) inlineSource(ctx context.Context, doc instructions.SourceContent) (copySource, error) {
+	s, err := bd.fileSource(ctx, path.Base(path.Clean("/"+doc.Path)), []byte(doc.Data), 0o644)
+	if err != nil {
+		return copySource{}, fmt.Errorf("inline document %s: %w", doc.Path, err)
+	}
+	return s, nil
+}
+
+// fileSource is a source of one file, name, holding data, in a tree of
+// its own (which the source's url flag has closed after use).
+func (bd *build) fileSource(ctx context.Context, name string, data []byte, mode int64) (copySource, error) {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
-	name := path.Base(path.Clean("/" + doc.Path))
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(doc.Data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
 		return copySource{}, err
 	}
-	if _, err := io.WriteString(tw, doc.Data); err != nil {
+	if _, err := tw.Write(data); err != nil {
 		return copySource{}, err
 	}
 	if err := tw.Close(); err != nil {
@@ -71,7 +80,7 @@ func (bd *build) inlineSource(ctx context.Context, doc instructions.SourceConten
 	}
 	tree, err := newTarIndex(ctx, bd.b.tmp, &b)
 	if err != nil {
-		return copySource{}, fmt.Errorf("inline document %s: %w", doc.Path, err)
+		return copySource{}, err
 	}
 	return copySource{tree: tree, path: name, base: name, hidden: func(string) bool { return false }, url: true}, nil
 }

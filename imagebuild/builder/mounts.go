@@ -1,8 +1,6 @@
 package builder
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -166,9 +164,9 @@ func (bd *build) runMounts(ctx context.Context, st *stage, mounts []*instruction
 			if target == "" {
 				continue
 			}
-			tree, err := bd.memoryFile(ctx, data)
+			src, err := bd.fileSource(ctx, "secret", data, 0o400)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("secret %s: %w", id, err)
 			}
 			mode := os.FileMode(0o400)
 			if m.Mode != nil {
@@ -182,7 +180,7 @@ func (bd *build) runMounts(ctx context.Context, st *stage, mounts []*instruction
 				gid = int(*m.GID)
 			}
 			dest := path.Join(stagedDir, "s"+strconv.Itoa(len(secrets)))
-			secrets = append(secrets, staged{src: copySource{tree: tree, path: "secret", base: "secret", hidden: func(string) bool { return false }, url: true}, uid: uid, gid: gid, mode: &mode, dest: dest})
+			secrets = append(secrets, staged{src: src, uid: uid, gid: gid, mode: &mode, dest: dest})
 			out.binds = append(out.binds, BindMount{Source: dest, Target: absolute(target), ReadOnly: true})
 		default:
 			return nil, errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf("RUN --mount=type=%s is not supported by husk's builder", m.Type))
@@ -223,20 +221,4 @@ func (bd *build) runMounts(ctx context.Context, st *stage, mounts []*instruction
 	}
 	out.key = key.String()
 	return out, nil
-}
-
-// memoryFile is a tree of one file, "secret", holding data.
-func (bd *build) memoryFile(ctx context.Context, data []byte) (*tarIndex, error) {
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	if err := tw.WriteHeader(&tar.Header{Name: "secret", Mode: 0o400, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(data); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return newTarIndex(ctx, bd.b.tmp, &b)
 }
