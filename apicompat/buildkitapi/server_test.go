@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -42,16 +43,18 @@ type fakeBuilder struct {
 
 func (f *fakeBuilder) Build(_ context.Context, opts builder.BuildOptions, out builder.Output) (string, error) {
 	var files []string
-	tr := tar.NewReader(opts.Context)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
+	err := fs.WalkDir(os.DirFS(opts.ContextDir), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || name == "." {
+			return err
 		}
-		if err != nil {
-			return "", err
+		if d.IsDir() {
+			name += "/"
 		}
-		files = append(files, h.Name)
+		files = append(files, name)
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
 	sort.Strings(files)
 	f.mu.Lock()

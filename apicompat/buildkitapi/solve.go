@@ -1,11 +1,9 @@
 package buildkitapi
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -60,13 +58,11 @@ func (s *Server) solveDockerfile(ctx context.Context, ref, sessionID string, att
 	defer os.RemoveAll(dir)
 
 	p := newProgress(j, ref)
-	ctxTar, err := s.fetch(ctx, caller, p, &opts, dir)
+	err = s.fetch(ctx, caller, p, &opts, dir)
 	p.end(err)
 	if err != nil {
 		return "", err
 	}
-	defer ctxTar.Close()
-	opts.Context = ctxTar
 
 	id, err := s.builder.Build(ctx, opts, p.output())
 	if err != nil && ctx.Err() != nil {
@@ -85,29 +81,29 @@ func (s *Server) solveDockerfile(ctx context.Context, ref, sessionID string, att
 
 // fetch pulls the Dockerfile, .dockerignore and the context from the
 // client's session into dir, as BuildKit's Dockerfile frontend does:
-// the ignore file first, so that ignored files never cross. It returns
-// the context as a tar.
-func (s *Server) fetch(ctx context.Context, caller session.Caller, p *progress, opts *builder.BuildOptions, dir string) (io.ReadCloser, error) {
+// the ignore file first, so that ignored files never cross. It sets the
+// Dockerfile and the context directory in opts.
+func (s *Server) fetch(ctx context.Context, caller session.Caller, p *progress, opts *builder.BuildOptions, dir string) error {
 	name := opts.Dockerfile
 	p.vertex("[internal] load build definition from " + name)
 	dfDir, ignoreDir, ctxDir := filepath.Join(dir, "dockerfile"), filepath.Join(dir, "ignore"), filepath.Join(dir, "context")
 	for _, d := range []string{dfDir, ignoreDir, ctxDir} {
 		if err := os.Mkdir(d, 0o700); err != nil {
-			return nil, fmt.Errorf("make a directory for the build context: %w", err)
+			return fmt.Errorf("make a directory for the build context: %w", err)
 		}
 	}
 	if err := filesync.FSSync(ctx, caller, filesync.FSSendRequestOpt{
 		Name: "dockerfile", DestDir: dfDir,
 		IncludePatterns: []string{name, name + ".dockerignore"},
 	}); err != nil {
-		return nil, fmt.Errorf("failed to read dockerfile: %w", err)
+		return fmt.Errorf("failed to read dockerfile: %w", err)
 	}
 	df, err := readIn(dfDir, name)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("failed to read dockerfile: open %s: no such file or directory", name)
+		return fmt.Errorf("failed to read dockerfile: open %s: no such file or directory", name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("failed to read dockerfile: %w", err)
+		return fmt.Errorf("failed to read dockerfile: %w", err)
 	}
 	opts.DockerfileContent = df
 
@@ -117,34 +113,26 @@ func (s *Server) fetch(ctx context.Context, caller session.Caller, p *progress, 
 		if err := filesync.FSSync(ctx, caller, filesync.FSSendRequestOpt{
 			Name: "context", DestDir: ignoreDir, IncludePatterns: []string{".dockerignore"},
 		}); err != nil {
-			return nil, fmt.Errorf("failed to read .dockerignore: %w", err)
+			return fmt.Errorf("failed to read .dockerignore: %w", err)
 		}
 		ignore, err = readIn(ignoreDir, ".dockerignore")
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("failed to read .dockerignore: %w", err)
+		return fmt.Errorf("failed to read .dockerignore: %w", err)
 	}
 	excludes, err := ignorefile.ReadAll(strings.NewReader(string(ignore)))
 	if err != nil {
-		return nil, fmt.Errorf("failed to parse dockerignore: %w", err)
+		return fmt.Errorf("failed to parse dockerignore: %w", err)
 	}
 
 	p.vertex("[internal] load build context")
 	if err := filesync.FSSync(ctx, caller, filesync.FSSendRequestOpt{
 		Name: "context", DestDir: ctxDir, ExcludePatterns: excludes, Filter: plainFiles,
 	}); err != nil {
-		return nil, fmt.Errorf("failed to transfer the build context: %w", err)
+		return fmt.Errorf("failed to transfer the build context: %w", err)
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := tw.AddFS(os.DirFS(ctxDir))
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	return pr, nil
+	opts.ContextDir = ctxDir
+	return nil
 }
 
 // plainFiles keeps the files a context may hold: regular files,

@@ -206,6 +206,9 @@ func New(opts Options) (*Builder, error) {
 type BuildOptions struct {
 	// Context is the build context as an uncompressed tar.
 	Context io.Reader
+	// ContextDir, when set, is instead a directory on the host that is
+	// the context (one a BuildKit client's session filled).
+	ContextDir string
 	// Dockerfile is its path inside the context; default "Dockerfile".
 	Dockerfile string
 	BuildArgs  map[string]*string
@@ -282,8 +285,8 @@ func (e *ExitError) Error() string {
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // neededStages marks the stages the last one depends on, through FROM,
-// COPY --from or RUN --mount from=, as BuildKit builds only those: a test or lint stage the
-// target does not use is skipped.
+// COPY --from or RUN --mount from=, as BuildKit builds only those: a
+// test or lint stage the target does not use is skipped.
 func (bd *build) neededStages(stages []instructions.Stage) []bool {
 	need := make([]bool, len(stages))
 	need[len(stages)-1] = true
@@ -419,6 +422,11 @@ func (bd *build) scaffold(format string, args ...any) {
 
 func (bd *build) run(ctx context.Context) (string, error) {
 	source := bd.opts.Context
+	if bd.opts.ContextDir != "" {
+		pr := dirTar(bd.opts.ContextDir)
+		defer pr.CloseWithError(errors.New("context not read"))
+		source = pr
+	}
 	if bd.opts.Remote != "" {
 		rc, err := bd.remoteContext(ctx, bd.opts.Remote)
 		if err != nil {

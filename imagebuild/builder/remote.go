@@ -191,15 +191,7 @@ func (bd *build) gitContext(ctx context.Context, remote string) (io.ReadCloser, 
 		}
 		dir = filepath.Join(root, rel)
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := tw.AddFS(os.DirFS(dir))
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
+	pr := dirTar(dir)
 	return &finishing{Reader: pr, close: func() error {
 		pr.CloseWithError(errors.New("context not read"))
 		return os.RemoveAll(root)
@@ -223,6 +215,21 @@ func shallowClone(ctx context.Context, repo string) bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == "application/x-git-upload-pack-advertisement"
+}
+
+// dirTar streams the files under dir as a tar: a context that is a
+// directory on the host.
+func dirTar(dir string) *io.PipeReader {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tw.AddFS(os.DirFS(dir))
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr
 }
 
 // finishing is a context stream with work to do when it is closed.
