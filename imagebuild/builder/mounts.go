@@ -195,7 +195,6 @@ func (bd *build) runMounts(ctx context.Context, st *stage, mounts []*instruction
 		if len(list) == 0 {
 			return nil, nil
 		}
-		out.staged = stagedDir
 		sp, err := bd.spoolLayer(ctx, newFSIndex(), time.Unix(0, 0), func(lw *layerWriter) error {
 			for _, s := range list {
 				if err := lw.copy(s.src, s.dest, s.uid, s.gid, s.mode, false); err != nil {
@@ -218,6 +217,9 @@ func (bd *build) runMounts(ctx context.Context, st *stage, mounts []*instruction
 	if out.files != nil {
 		// The bound files' names, owners and contents.
 		fmt.Fprintf(&key, "files %s;", out.files.key)
+	}
+	if len(out.binds) > 0 {
+		out.staged = stagedDir
 	}
 	out.key = key.String()
 	return out, nil
