@@ -207,7 +207,10 @@ type BuildOptions struct {
 	// Context is the build context as an uncompressed tar.
 	Context io.Reader
 	// ContextDir, when set, is instead a directory on the host that is
-	// the context (one a BuildKit client's session filled).
+	// the context (one a BuildKit client's session filled). The ignore
+	// file that applies has already left files out of it, and it may not
+	// be the context's own .dockerignore (BuildKit prefers
+	// <Dockerfile>.dockerignore), so the builder reads none.
 	ContextDir string
 	// Dockerfile is its path inside the context; default "Dockerfile".
 	Dockerfile string
@@ -439,8 +442,10 @@ func (bd *build) run(ctx context.Context) (string, error) {
 	if bd.ctxDir, err = newTarIndex(ctx, bd.b.tmp, source); err != nil {
 		return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Error processing tar file: %v", err))
 	}
-	if err := bd.loadIgnore(); err != nil {
-		return "", err
+	if bd.opts.ContextDir == "" {
+		if err := bd.loadIgnore(); err != nil {
+			return "", err
+		}
 	}
 	df, dfName, err := bd.dockerfile()
 	if err != nil {

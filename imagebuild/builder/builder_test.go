@@ -11,6 +11,8 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -1199,5 +1201,27 @@ func TestRunMountsBindSecret(t *testing.T) {
 		if err := build(df, "x"); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err = %v, want %q", df, err, want)
 		}
+	}
+}
+
+// The context's .dockerignore is applied to a tar context, but not to a
+// directory a BuildKit session filled: the session has already applied the
+// ignore file that holds, which may be <Dockerfile>.dockerignore, and
+// BuildKit then ignores the context's own.
+func TestIgnoreFileOfADirectoryContext(t *testing.T) {
+	files := []file{{name: "kept", body: "k"}, {name: ".dockerignore", body: "kept\n"}}
+	df := "FROM base\nCOPY kept /x\n"
+	f := newFixture(t)
+	if _, _, err := f.build(BuildOptions{DockerfileContent: []byte(df)}, files...); err == nil {
+		t.Error("a tar context's .dockerignore was not applied")
+	}
+	dir := t.TempDir()
+	for _, fl := range files {
+		if err := os.WriteFile(filepath.Join(dir, fl.name), []byte(fl.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.b.Build(context.Background(), BuildOptions{ContextDir: dir, DockerfileContent: []byte(df), BuildKit: true, Remove: true}, Output{}); err != nil {
+		t.Errorf("a directory context's .dockerignore was applied again: %v", err)
 	}
 }
