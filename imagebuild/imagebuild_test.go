@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -841,5 +842,40 @@ func TestPullManyLayersWaitsAndConcurrentPullsAgree(t *testing.T) {
 	}
 	if waited == 0 {
 		t.Errorf("no layer reported Waiting: %v / %v", recs[0].statuses(), recs[1].statuses())
+	}
+}
+
+// A reference with neither tag nor digest pulls every tag, in the
+// registry's order, under one status line for the bare name, as dockerd
+// does for `docker pull -a` and for an API pull without a tag.
+func TestPullAllTags(t *testing.T) {
+	host := testRegistry(t, nil)
+	one, two := randomImage(t, 1), randomImage(t, 1)
+	d1 := push(t, host+"/all:one", one)
+	d2 := push(t, host+"/all:two", two)
+	s := newService(t, "", nil)
+	rec := pull(t, s, host+"/all")
+	var got []string
+	for _, st := range rec.statuses() {
+		if strings.HasPrefix(st, "|") || strings.HasSuffix(st, "|Pulling from all") {
+			got = append(got, st)
+		}
+	}
+	want := []string{"one|Pulling from all", "|Digest: " + d1.String(), "two|Pulling from all", "|Digest: " + d2.String(),
+		"|Status: Downloaded newer image for " + host + "/all"}
+	if !slices.Equal(got, want) {
+		t.Errorf("statuses %q, want %q", got, want)
+	}
+	for ref, img := range map[string]v1.Image{host + "/all:one": one, host + "/all:two": two} {
+		if got, err := s.Resolve(context.Background(), ref); err != nil || got.ID != configID(t, img) {
+			t.Errorf("Resolve(%s) = %+v, %v", ref, got, err)
+		}
+	}
+	if _, err := s.Resolve(context.Background(), host+"/all:latest"); !errdefs.IsNotFound(err) {
+		t.Errorf("a latest tag appeared: %v", err)
+	}
+	again := pull(t, s, host+"/all")
+	if st := again.statuses(); st[len(st)-1] != "|Status: Image is up to date for "+host+"/all" {
+		t.Errorf("second pull ends %q", st[len(st)-1])
 	}
 }

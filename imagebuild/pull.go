@@ -32,12 +32,14 @@ const maxConcurrentDownloads = 3
 // dockerd's progress reader.
 const progressEvery = 512 << 10
 
-// Pull fetches ref ("alpine", "localhost:5000/x:1", "x@sha256:…") for
+// Pull fetches ref ("alpine:3", "localhost:5000/x:1", "x@sha256:…") for
 // platform ("" means linux/amd64) and reports progress in dockerd's
-// message shapes. Errors before the first progress message carry dockerd's
-// wording and an errdefs class.
+// message shapes. A ref with neither tag nor digest pulls every tag of the
+// repository, as dockerd does (`docker pull -a` sends one; so may an SDK
+// or curl that leaves out the tag). Errors before the first progress
+// message carry dockerd's wording and an errdefs class.
 func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry.AuthConfig, progress func(jsonstream.Message)) error {
-	named, err := reference.ParseWithDefaultTag(ref)
+	named, err := reference.Parse(ref)
 	if err != nil {
 		return err
 	}
@@ -45,40 +47,13 @@ func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry
 	if err != nil {
 		return err
 	}
-	domain := reference.Domain(named)
-	rref, err := reference.Remote(named, s.insecure(domain))
-	if err != nil {
-		return err
-	}
-	opts := append(s.remoteOptions(ctx, auth), remote.WithPlatform(*want))
-	desc, err := remote.Get(rref, opts...)
-	if err != nil {
-		if ctx.Err() == nil {
-			if aerr, ok := registryAuthError(err, auth, manifestURL(rref)); ok {
-				return aerr
-			}
-		}
-		return translatePullError(ctx, pingError(err, s.insecure(domain)), named)
-	}
-
 	out := &progressOut{fn: progress}
-	tagOrDigest := reference.Tag(named)
-	if reference.IsDigested(named) {
-		tagOrDigest = reference.Digest(named)
+	var changed bool
+	if reference.IsNameOnly(named) {
+		changed, err = s.pullAllTags(ctx, named, want, auth, out)
+	} else {
+		changed, err = s.pullTag(ctx, named, want, auth, out)
 	}
-	out.status(tagOrDigest, "Pulling from "+reference.Path(named))
-
-	img, err := pickImage(desc, want)
-	if err != nil {
-		return err
-	}
-	id, err := s.fetchImage(ctx, img, out)
-	if err != nil {
-		return err
-	}
-	out.status("", "Digest: "+desc.Digest.String())
-
-	changed, err := s.setPulledRefs(named, desc.Digest.String(), id)
 	if err != nil {
 		return err
 	}
@@ -88,6 +63,70 @@ func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry
 		out.status("", "Status: Image is up to date for "+reference.Familiar(named))
 	}
 	return nil
+}
+
+// pullAllTags pulls each tag the registry lists for named's repository, in
+// the registry's order, and reports whether any of them changed.
+func (s *Service) pullAllTags(ctx context.Context, named reference.Named, want *v1.Platform, auth *registry.AuthConfig, out *progressOut) (bool, error) {
+	domain := reference.Domain(named)
+	rref, err := reference.Remote(named, s.insecure(domain))
+	if err != nil {
+		return false, err
+	}
+	tags, err := remote.List(rref.Context(), s.remoteOptions(ctx, auth)...)
+	if err != nil {
+		return false, translatePullError(ctx, pingError(err, s.insecure(domain)), named)
+	}
+	var changed bool
+	for _, tag := range tags {
+		tagged, err := reference.WithTag(named, tag)
+		if err != nil {
+			return false, err
+		}
+		c, err := s.pullTag(ctx, tagged, want, auth, out)
+		if err != nil {
+			return false, err
+		}
+		changed = changed || c
+	}
+	return changed, nil
+}
+
+// pullTag fetches one tag or digest and points its references at the
+// image, reporting whether they moved.
+func (s *Service) pullTag(ctx context.Context, named reference.Named, want *v1.Platform, auth *registry.AuthConfig, out *progressOut) (bool, error) {
+	domain := reference.Domain(named)
+	rref, err := reference.Remote(named, s.insecure(domain))
+	if err != nil {
+		return false, err
+	}
+	opts := append(s.remoteOptions(ctx, auth), remote.WithPlatform(*want))
+	desc, err := remote.Get(rref, opts...)
+	if err != nil {
+		if ctx.Err() == nil {
+			if aerr, ok := registryAuthError(err, auth, manifestURL(rref)); ok {
+				return false, aerr
+			}
+		}
+		return false, translatePullError(ctx, pingError(err, s.insecure(domain)), named)
+	}
+
+	tagOrDigest := reference.Tag(named)
+	if reference.IsDigested(named) {
+		tagOrDigest = reference.Digest(named)
+	}
+	out.status(tagOrDigest, "Pulling from "+reference.Path(named))
+
+	img, err := pickImage(desc, want)
+	if err != nil {
+		return false, err
+	}
+	id, err := s.fetchImage(ctx, img, out)
+	if err != nil {
+		return false, err
+	}
+	out.status("", "Digest: "+desc.Digest.String())
+	return s.setPulledRefs(named, desc.Digest.String(), id)
 }
 
 // pickImage resolves an index to the manifest for want, as dockerd does

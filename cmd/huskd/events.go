@@ -49,7 +49,11 @@ func (a imageAPI) Pull(ctx context.Context, ref, platform string, auth *registry
 	if err := a.Service.Pull(ctx, ref, platform, auth, progress); err != nil {
 		return err
 	}
-	full, name := familiar(ref)
+	// A pull of every tag is one event for the bare name, as in dockerd.
+	full, name := ref, ref
+	if n, err := reference.Parse(ref); err == nil {
+		full, name = reference.Familiar(n), reference.FamiliarName(n)
+	}
 	a.publish(ctx, events.ActionPull, full, name, full)
 	return nil
 }

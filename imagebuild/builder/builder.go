@@ -912,6 +912,10 @@ func (bd *build) ensureImage(ctx context.Context, ref string, pull bool) (string
 	if progress == nil {
 		progress = func(jsonstream.Message) {}
 	}
+	// FROM x means x:latest, where a pull of a bare name means every tag.
+	if n, err := reference.ParseWithDefaultTag(ref); err == nil {
+		ref = reference.Familiar(n)
+	}
 	if err := images.Pull(ctx, ref, bd.opts.Platform, auth, progress); err != nil {
 		return "", err
 	}

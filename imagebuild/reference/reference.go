@@ -89,6 +89,9 @@ func Digest(n Named) string {
 	return ""
 }
 
+// IsNameOnly reports whether n has neither tag nor digest.
+func IsNameOnly(n Named) bool { return dref.IsNameOnly(n) }
+
 // IsDigested reports whether n names a digest rather than a tag.
 func IsDigested(n Named) bool {
 	_, ok := n.(dref.Digested)
