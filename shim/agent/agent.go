@@ -100,12 +100,11 @@ type Options struct {
 
 // Cgroups manages the container's cgroup.
 type Cgroups interface {
-	// Create makes the container's cgroup with pids.max set to limit (0:
-	// none) and returns its directory, which the container's processes
-	// join.
-	Create(limit int64) (string, error)
-	// SetPidsLimit changes the cgroup's pids.max (0: none).
-	SetPidsLimit(limit int64) error
+	// Create makes the container's cgroup with limits set and returns its
+	// directory, which the container's processes join.
+	Create(limits proto.LimitsSpec) (string, error)
+	// SetLimits changes the cgroup's pids.max and memory.max (0: none).
+	SetLimits(limits proto.LimitsSpec) error
 	// Adopt moves the container's processes that run outside the cgroup
 	// into it: a limit set by docker update on a container started
 	// without one, or a freeze.
@@ -127,6 +126,9 @@ type Agent struct {
 	hostname string
 	etcDir   string
 	settings *proto.ContainerSettings // set by OpSetup
+	// oomKillsAtSetup is the guest's OOM kill count when the container
+	// was set up (see proto.ExitStatus.OOMKilled).
+	oomKillsAtSetup uint64
 	// cgroupDir is the container's cgroup (Options.Cgroups); "" without
 	// one.
 	cgroupDir string
@@ -546,7 +548,10 @@ func (a *Agent) answerExit(sess *yamux.Session, s *stream, p *process) error {
 	select {
 	case <-p.exited:
 		a.log.Debug("process exited", "id", p.id, "code", p.status.Code)
-		_ = s.respond(proto.Response{Pid: p.pid, Exit: &proto.ExitStatus{Code: p.status.Code, Signal: p.status.Signal}})
+		a.mu.Lock()
+		oom := a.root != "" && oomKills() > a.oomKillsAtSetup
+		a.mu.Unlock()
+		_ = s.respond(proto.Response{Pid: p.pid, Exit: &proto.ExitStatus{Code: p.status.Code, Signal: p.status.Signal, OOMKilled: oom}})
 	case <-sess.CloseChan():
 	}
 	return nil
@@ -715,11 +720,11 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) (<-chan e
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fail(fmt.Errorf("setup: %w", err))
 	}
-	var limit int64
+	var limits proto.LimitsSpec
 	if spec.Settings != nil {
-		limit = spec.Settings.PidsLimit
+		limits = proto.LimitsSpec{PidsLimit: spec.Settings.PidsLimit, MemoryLimit: spec.Settings.MemoryLimit}
 	}
-	cgroupDir, err := a.createCgroup(limit)
+	cgroupDir, err := a.createCgroup(limits)
 	if err != nil {
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fail(err)
@@ -731,6 +736,7 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) (<-chan e
 		return fail(fmt.Errorf("setup: %w", err))
 	}
 	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir = root, spec.Hostname, etcDir, mounts, spec.Settings, cgroupDir
+	a.oomKillsAtSetup = oomKills()
 	if netDone == nil && a.opts.Network != nil {
 		a.network = appliedNetwork(spec.Network)
 	}

@@ -19,12 +19,12 @@ import (
 )
 
 // GuestCgroups keeps the container's processes in one cgroup v2 group of
-// the guest, where --pids-limit is its pids.max. The guest is the
-// container's alone, so a single group under the root does; dockerd's
-// other cgroup limits size the VM instead. The group is made only for a
-// limit (at setup, or by docker update, which adopts the processes already
-// running): mounting it and moving each process in costs every start
-// ~100 ms of guest time under TCG.
+// the guest, where --pids-limit is its pids.max and --memory its
+// memory.max. The guest is the container's alone, so a single group under
+// the root does; dockerd's other cgroup limits size the VM instead. The
+// group is made only for a limit (at setup, or by docker update, which
+// adopts the processes already running): mounting it and moving each
+// process in costs every start ~100 ms of guest time under TCG.
 type GuestCgroups struct {
 	// Dir is where cgroup2 is mounted; default /run/husk/cgroup.
 	Dir string
@@ -39,9 +39,9 @@ func (g GuestCgroups) dir() string {
 
 func (g GuestCgroups) group() string { return filepath.Join(g.dir(), "container") }
 
-// Create mounts cgroup2 (once per boot), enables the pids controller and
-// makes the container's group.
-func (g GuestCgroups) Create(limit int64) (string, error) {
+// Create mounts cgroup2 (once per boot), enables the pids and memory
+// controllers and makes the container's group.
+func (g GuestCgroups) Create(limits proto.LimitsSpec) (string, error) {
 	dir := g.dir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cgroup: %w", err)
@@ -52,26 +52,31 @@ func (g GuestCgroups) Create(limit int64) (string, error) {
 			return "", fmt.Errorf("mount cgroup2: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids"), 0); err != nil {
-		return "", fmt.Errorf("enable the pids controller: %w", err)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids +memory"), 0); err != nil {
+		return "", fmt.Errorf("enable the pids and memory controllers: %w", err)
 	}
 	if err := os.Mkdir(g.group(), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("cgroup: %w", err)
 	}
-	if err := g.SetPidsLimit(limit); err != nil {
+	if err := g.SetLimits(limits); err != nil {
 		return "", err
 	}
 	return g.group(), nil
 }
 
-// SetPidsLimit writes pids.max.
-func (g GuestCgroups) SetPidsLimit(limit int64) error {
-	v := "max"
-	if limit > 0 {
-		v = strconv.FormatInt(limit, 10)
-	}
-	if err := os.WriteFile(filepath.Join(g.group(), "pids.max"), []byte(v), 0); err != nil {
-		return fmt.Errorf("set pids limit: %w", err)
+// SetLimits writes pids.max and memory.max.
+func (g GuestCgroups) SetLimits(limits proto.LimitsSpec) error {
+	for _, l := range []struct {
+		file string
+		v    int64
+	}{{"pids.max", limits.PidsLimit}, {"memory.max", limits.MemoryLimit}} {
+		v := "max"
+		if l.v > 0 {
+			v = strconv.FormatInt(l.v, 10)
+		}
+		if err := os.WriteFile(filepath.Join(g.group(), l.file), []byte(v), 0); err != nil {
+			return fmt.Errorf("set %s: %w", l.file, err)
+		}
 	}
 	return nil
 }
@@ -179,7 +184,7 @@ func (a *Agent) freeze(ctx context.Context, spec *proto.FreezeSpec, sessionClose
 		return &agentError{proto.KindInvalid, "freeze: this agent keeps no cgroups"}
 	}
 	if a.cgroupDir == "" {
-		dir, err := a.opts.Cgroups.Create(0)
+		dir, err := a.opts.Cgroups.Create(a.limits())
 		if err != nil {
 			return fmt.Errorf("freeze: %w", err)
 		}
@@ -205,19 +210,27 @@ func (a *Agent) freeze(ctx context.Context, spec *proto.FreezeSpec, sessionClose
 }
 
 // createCgroup makes the container's cgroup where the agent can; without
-// one a pids limit cannot be kept, and is refused.
-func (a *Agent) createCgroup(limit int64) (string, error) {
-	if limit <= 0 {
+// one a limit cannot be kept, and is refused.
+func (a *Agent) createCgroup(limits proto.LimitsSpec) (string, error) {
+	if limits.PidsLimit <= 0 && limits.MemoryLimit <= 0 {
 		return "", nil
 	}
 	if a.opts.Cgroups == nil {
-		return "", &agentError{proto.KindInvalid, "setup: this agent keeps no cgroups: a pids limit cannot be applied"}
+		return "", &agentError{proto.KindInvalid, "setup: this agent keeps no cgroups: a pids or memory limit cannot be applied"}
 	}
-	dir, err := a.opts.Cgroups.Create(limit)
+	dir, err := a.opts.Cgroups.Create(limits)
 	if err != nil {
 		return "", fmt.Errorf("setup: %w", err)
 	}
 	return dir, nil
+}
+
+// limits are the container's current limits. Callers hold a.mu.
+func (a *Agent) limits() proto.LimitsSpec {
+	if a.settings == nil {
+		return proto.LimitsSpec{}
+	}
+	return proto.LimitsSpec{PidsLimit: a.settings.PidsLimit, MemoryLimit: a.settings.MemoryLimit}
 }
 
 // setLimits applies OpLimits to the running container.
@@ -230,16 +243,31 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cgroupDir != "" {
-		return a.opts.Cgroups.SetPidsLimit(spec.PidsLimit)
+	if err := a.applyLimits(*spec); err != nil {
+		return err
 	}
-	if spec.PidsLimit <= 0 {
+	// A freeze that makes the group later keeps them.
+	if a.settings != nil {
+		settings := *a.settings
+		settings.PidsLimit, settings.MemoryLimit = spec.PidsLimit, spec.MemoryLimit
+		a.settings = &settings
+	}
+	return nil
+}
+
+// applyLimits sets limits on the container's group, making it (and moving
+// the running processes in) if there is none yet. Callers hold a.mu.
+func (a *Agent) applyLimits(limits proto.LimitsSpec) error {
+	if a.cgroupDir != "" {
+		return a.opts.Cgroups.SetLimits(limits)
+	}
+	if limits.PidsLimit <= 0 && limits.MemoryLimit <= 0 {
 		return nil // no limit, and no group to lift one from
 	}
 	if a.root == "" {
 		return &agentError{proto.KindInvalid, "limits: the container root is not set up"}
 	}
-	dir, err := a.opts.Cgroups.Create(spec.PidsLimit)
+	dir, err := a.opts.Cgroups.Create(limits)
 	if err != nil {
 		return fmt.Errorf("limits: %w", err)
 	}

@@ -31,12 +31,12 @@ func (f *fakeCgroups) took() []string {
 	return slices.Clone(f.calls)
 }
 
-func (f *fakeCgroups) Create(limit int64) (string, error) {
+func (f *fakeCgroups) Create(proto.LimitsSpec) (string, error) {
 	f.record("create")
 	return "/sys/fs/cgroup/fake", nil
 }
 
-func (f *fakeCgroups) SetPidsLimit(int64) error { f.record("pids"); return nil }
+func (f *fakeCgroups) SetLimits(proto.LimitsSpec) error { f.record("limits"); return nil }
 
 func (f *fakeCgroups) Adopt() error { f.record("adopt"); return nil }
 

@@ -54,6 +54,9 @@ func Boot(ctx context.Context, log *slog.Logger, modulesOrder string) error {
 	if err := disableIPv6("/proc/sys"); err != nil {
 		log.Error("disable IPv6", "err", err)
 	}
+	if err := overcommitAlways("/proc/sys"); err != nil {
+		log.Error("set the guest's overcommit policy", "err", err)
+	}
 	if err := loopbackUp(); err != nil {
 		log.Error("bring up lo", "err", err)
 	}
@@ -83,6 +86,16 @@ func disableIPv6(procSys string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// overcommitAlways lets the guest's allocations always succeed. A
+// container under runc allocates against the host's memory, which the
+// kernel's heuristic seldom refuses, and meets --memory only as its
+// cgroup's OOM kill (exit 137, OOMKilled), the way programs and tests
+// expect to. A guest has a VM's few hundred MiB, so the heuristic would
+// refuse a large allocation outright (malloc failing) long before.
+func overcommitAlways(procSys string) error {
+	return os.WriteFile(filepath.Join(procSys, "vm/overcommit_memory"), []byte("1"), 0)
 }
 
 // loopbackUp sets IFF_UP on lo; the kernel configures 127.0.0.1 itself.

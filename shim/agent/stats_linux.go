@@ -39,6 +39,12 @@ func (a *Agent) stats(p *process) (*proto.GuestStats, error) {
 		st.Networks = parseNetDev(string(b))
 	}
 	st.Disks = readDisks("/sys/block")
+	a.mu.Lock()
+	cgroupDir := a.cgroupDir
+	a.mu.Unlock()
+	if cgroupDir != "" {
+		st.CgroupMemory, st.CgroupMemoryStat = readCgroupMemory(cgroupDir)
+	}
 	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p.pid)); err == nil {
 		st.Pids = countTasks(ns)
 	}
@@ -205,4 +211,48 @@ func countTasks(ns string) uint64 {
 		n += uint64(len(tasks))
 	}
 	return n
+}
+
+// oomKills is the guest kernel's count of OOM kills so far (0 if it cannot
+// be read).
+func oomKills() uint64 {
+	b, err := os.ReadFile("/proc/vmstat")
+	if err != nil {
+		return 0
+	}
+	return parseOOMKills(string(b))
+}
+
+// parseOOMKills reads /proc/vmstat's oom_kill line.
+func parseOOMKills(vmstat string) uint64 {
+	for _, line := range strings.Split(vmstat, "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// readCgroupMemory reads a cgroup's memory.current and memory.stat; a
+// group without the memory controller gives 0 and nil.
+func readCgroupMemory(dir string) (uint64, map[string]uint64) {
+	b, err := os.ReadFile(filepath.Join(dir, "memory.current"))
+	if err != nil {
+		return 0, nil
+	}
+	current, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, nil
+	}
+	stat := map[string]uint64{}
+	if b, err := os.ReadFile(filepath.Join(dir, "memory.stat")); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, " ")
+			if n, err := strconv.ParseUint(v, 10, 64); ok && err == nil {
+				stat[k] = n
+			}
+		}
+	}
+	return current, stat
 }

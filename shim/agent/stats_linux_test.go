@@ -63,3 +63,19 @@ func TestParseDisk(t *testing.T) {
 		t.Error("bad dev accepted")
 	}
 }
+
+func TestParseOOMKills(t *testing.T) {
+	for _, tt := range []struct {
+		vmstat string
+		want   uint64
+	}{
+		{"nr_free_pages 100\noom_kill 3\nnr_zone_write_pending 0\n", 3},
+		{"oom_kill 0\n", 0},
+		{"nr_free_pages 100\n", 0}, // a kernel before 4.13
+		{"oom_killx 9\noom_kill 12", 12},
+	} {
+		if got := parseOOMKills(tt.vmstat); got != tt.want {
+			t.Errorf("parseOOMKills(%q) = %d, want %d", tt.vmstat, got, tt.want)
+		}
+	}
+}

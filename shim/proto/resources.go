@@ -28,6 +28,12 @@ type ContainerSettings struct {
 	// the main process, its descendants and every exec share one cgroup
 	// whose pids.max it is. 0 is no limit.
 	PidsLimit int64 `json:"pidsLimit,omitempty"`
+	// MemoryLimit is --memory in bytes: the memory.max of the same
+	// cgroup. The VM's RAM is sized from it too, but the guest's kernel
+	// and agent live in that RAM and it has a floor, so the group is what
+	// holds the container to the limit, and what an OOM kill is counted
+	// against, as under runc. 0 is no limit.
+	MemoryLimit int64 `json:"memoryLimit,omitempty"`
 	// Domainname is the container's NIS domain name (--domainname), set
 	// in its UTS namespace beside its hostname.
 	Domainname string `json:"domainname,omitempty"`
@@ -46,10 +52,13 @@ type ContainerSettings struct {
 // Request.Limits. Nothing follows on the stream.
 const OpLimits Op = "limits"
 
-// LimitsSpec is OpLimits' argument.
+// LimitsSpec is OpLimits' argument: the limits the container is to have
+// from now on, each 0 for none.
 type LimitsSpec struct {
 	// PidsLimit is the new ContainerSettings.PidsLimit.
 	PidsLimit int64 `json:"pidsLimit"`
+	// MemoryLimit is the new ContainerSettings.MemoryLimit.
+	MemoryLimit int64 `json:"memoryLimit"`
 }
 
 // Device is one character device node: where it goes in the container,

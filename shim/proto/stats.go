@@ -21,6 +21,12 @@ type GuestStats struct {
 	// Memory is /proc/meminfo, in bytes, by field name ("MemTotal",
 	// "MemAvailable", "Inactive(file)", …).
 	Memory map[string]uint64 `json:"memory"`
+	// CgroupMemory is the container's cgroup's memory.current, and
+	// CgroupMemoryStat its memory.stat, when the container has a cgroup
+	// (a --memory or --pids-limit): then they, not the guest's, are the
+	// container's usage, as under runc.
+	CgroupMemory     uint64            `json:"cgroupMemory,omitempty"`
+	CgroupMemoryStat map[string]uint64 `json:"cgroupMemoryStat,omitempty"`
 
 	Networks []NetDevStats `json:"networks,omitempty"`
 	Disks    []DiskStats   `json:"disks,omitempty"`
