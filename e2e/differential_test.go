@@ -174,6 +174,7 @@ func scenarios() []scenario {
 		// --memory: dockerd's floor; a husk guest gets at least the RAM it boots in
 		{name: "run memory below 6MB", args: a("run", "--rm", "-m", "4m", "{img}", "true")},
 		{name: "run small memory", args: a("run", "--rm", "-m", "8m", "{img}", "echo", "ok")},
+		{name: "run beyond its memory", args: a("run", "--rm", "-m", "32m", "{img}", "sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; echo $?")},
 		// --device
 		{name: "run device", args: a("run", "--rm", "--device", "/dev/null:/dev/sub/xnull:r", "{img}", "stat", "-c", "%F %t:%T %a %u:%g", "/dev/sub/xnull")},
 		{name: "run device missing", args: a("run", "--rm", "--device", "/nonexistent", "{img}", "true")},

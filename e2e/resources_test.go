@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -219,6 +220,53 @@ func pidsLimit(t *testing.T, img string) {
 	if got := mustDocker(t, "run", "--rm", "--init", "--pids-limit", "2", img, "echo", "ok"); got != "ok\n" {
 		t.Errorf("run --init --pids-limit 2 echo ok = %q", got)
 	}
+}
+
+// TestMemoryLimit: a container can use all of its --memory, going beyond
+// it is an OOM kill that inspect and events report, and docker update
+// changes it while the container runs, as under runc.
+func TestMemoryLimit(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	// dd's buffer is as large as its block size, and filled from /dev/zero.
+	fill := func(mib int) []string {
+		return []string{"dd", "if=/dev/zero", "of=/dev/null", fmt.Sprintf("bs=%dM", mib), "count=1"}
+	}
+	name := containerName(t, "")
+	since := fmt.Sprint(time.Now().Unix())
+	if r := docker(t, append([]string{"run", "--name", name, "--memory", "32m", img}, fill(64)...)...); r.Code != 137 {
+		t.Errorf("64 MiB under --memory 32m = %+v, want an OOM kill (exit 137)", r)
+	}
+	if got := mustDocker(t, "inspect", "-f", "{{.State.ExitCode}} {{.State.OOMKilled}}", name); got != "137 true\n" {
+		t.Errorf("ExitCode OOMKilled = %q, want 137 true", got)
+	}
+	ev := mustDocker(t, "events", "--since", since, "--until", fmt.Sprint(time.Now().Unix()+1),
+		"--filter", "container="+name, "--filter", "event=oom", "--filter", "event=die", "--format", "{{.Action}}")
+	if ev != "oom\ndie\n" {
+		t.Errorf("events = %q, want oom then die", ev)
+	}
+	mustDocker(t, "rm", name)
+
+	if r := docker(t, append([]string{"run", "--rm", "--memory", "64m", img}, fill(48)...)...); r.Code != 0 {
+		t.Errorf("48 MiB under --memory 64m = %+v, want room for it", r)
+	}
+
+	mustDocker(t, "run", "-d", "--name", name, "--memory", "128m", img, "sleep", "1000")
+	if r := docker(t, append([]string{"exec", name}, fill(96)...)...); r.Code != 0 {
+		t.Errorf("96 MiB under --memory 128m = %+v, want room for it", r)
+	}
+	mustDocker(t, "update", "--memory", "64m", name)
+	if r := docker(t, append([]string{"exec", name}, fill(96)...)...); r.Code != 137 {
+		t.Errorf("96 MiB after update --memory 64m = %+v, want an OOM kill", r)
+	}
+	// The usage is the container's, not its guest's kernel's and agent's.
+	got := mustDocker(t, "stats", "--no-stream", "--format", "{{.MemUsage}} {{.MemPerc}}", name)
+	f := strings.Fields(got)
+	perc, err := strconv.ParseFloat(strings.TrimSuffix(f[len(f)-1], "%"), 64)
+	if !strings.Contains(got, " / 64MiB ") || err != nil || perc >= 50 {
+		t.Errorf("stats after the update = %q, want an idle container's usage of a 64MiB limit", got)
+	}
+	mustDocker(t, "rm", "-f", name)
 }
 
 // threadCPUs is the Cpus_allowed_list of every thread of pid, deduplicated.

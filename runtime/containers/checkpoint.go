@@ -208,7 +208,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			ImageID:     c.rec.ImageID,
 			Config:      c.rec.Config,
 			HostConfig:  c.rec.HostConfig,
-			MemoryMiB:   memoryMiB(c.rec.HostConfig, g.MemoryMiB),
+			MemoryMiB:   c.vmMemoryMiB(),
 			CPUs:        cpus(c.rec.HostConfig, g.CPUs),
 		}, nil
 	})
@@ -375,6 +375,7 @@ func (c *ctr) startFrom(ctx context.Context, ref string, ck *checkpoints.Checkpo
 		return fmt.Errorf("restore %s from checkpoint %s: %w", ref, ck.Manifest.Name, err)
 	}
 	c.setRun(r)
+	c.rec.VMMemoryMiB = memoryMiB(c.rec.HostConfig, m.guest.MemoryMiB)
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
 		StartedAt: time.Now().UTC().Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,

@@ -182,6 +182,7 @@ func (c *ctr) start(ctx context.Context, ref string) (attempted bool, err error)
 		}
 	}
 	now := time.Now().UTC()
+	c.rec.VMMemoryMiB = memoryMiB(c.rec.HostConfig, m.guest.MemoryMiB)
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
 		StartedAt: now.Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,
@@ -447,6 +448,7 @@ func (c *ctr) monitor(r *run) {
 	c.rec.State.Paused = false
 	c.rec.State.Status = container.StateExited
 	c.rec.State.ExitCode = code
+	c.rec.State.OOMKilled = status.OOMKilled
 	c.rec.State.Error = errMsg
 	c.rec.State.Pid = 0
 	c.rec.State.FinishedAt = time.Now().UTC().Format(time.RFC3339Nano)
@@ -459,6 +461,12 @@ func (c *ctr) monitor(r *run) {
 	// Only now do docker logs -f end: the container is recorded exited.
 	c.log.EndRun()
 	c.notifyExit(code, errMsg)
+	if status.OOMKilled {
+		// dockerd says so as the kill happens; the guest tells of it with
+		// the exit, so the event comes just before the die, as it does
+		// there when the kill ends the container.
+		c.emitLocked(events.ActionOOM, nil)
+	}
 	c.emitLocked(events.ActionDie, map[string]string{"exitCode": strconv.Itoa(code)})
 	c.emitResourcesLocked(false)
 	close(r.exited)
@@ -1169,9 +1177,21 @@ func ParseKillSignal(s string) (syscall.Signal, error) {
 // a little room.
 const minGuestMiB = 96
 
+// guestOverheadMiB is what a guest holds beside its container: the
+// kernel's reserved memory (~35 MiB plus ~1.3% of the RAM: its page
+// structures), the kernel's and agent's own use (~21 MiB) and the
+// initramfs (~18 MiB), as measured in 96, 256 and 512 MiB guests. A
+// container with --memory gets that much more RAM than its limit, which
+// its cgroup in the guest keeps (proto.ContainerSettings.MemoryLimit), so
+// that it can use all of the limit, as under runc.
+func guestOverheadMiB(limitMiB int) int { return 80 + limitMiB/64 }
+
+// memoryMiB is the RAM of a container's VM: --memory and the guest's
+// overhead, or the daemon's default without a limit.
 func memoryMiB(hc *container.HostConfig, def int) int {
 	if hc != nil && hc.Memory > 0 {
-		return max(int(hc.Memory>>20), minGuestMiB)
+		limit := int((hc.Memory + 1<<20 - 1) >> 20)
+		return max(limit+guestOverheadMiB(limit), minGuestMiB)
 	}
 	return def
 }

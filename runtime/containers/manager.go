@@ -160,6 +160,11 @@ type Record struct {
 	// finds the container marked and marks it dead (Restore), as dockerd
 	// does.
 	RemovalInProgress bool `json:",omitempty"`
+	// VMMemoryMiB is the RAM of the VM the container last started in. A
+	// docker update of a running container's --memory changes its cgroup's
+	// limit within that VM, so it may differ from what the HostConfig
+	// would size. 0 in records written before it was kept.
+	VMMemoryMiB int `json:",omitempty"`
 }
 
 const recordFile = "config.json"

@@ -276,6 +276,7 @@ func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
 		Sysctls:     hc.Sysctls,
 		Init:        hc.Init != nil && *hc.Init,
 		PidsLimit:   pidsLimit(hc),
+		MemoryLimit: max(hc.Memory, 0),
 		OomScoreAdj: hc.OomScoreAdj,
 		// A privileged container, whatever its stored lists (an API
 		// client may send both), gets neither, as under dockerd.

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/husk-vm/husk/runtime/vmm"
@@ -47,6 +49,9 @@ func (a *slowAgent) serve(conn net.Conn) {
 			<-a.release
 		case req.Op == proto.OpLimits && req.Limits != nil:
 			op = fmt.Sprintf("limits %d", req.Limits.PidsLimit)
+			if req.Limits.MemoryLimit != 0 {
+				op += fmt.Sprintf(" memory %d", req.Limits.MemoryLimit)
+			}
 			<-a.release
 		default:
 			return proto.Response{}, false
@@ -166,4 +171,36 @@ func TestLatePidsLimitUndone(t *testing.T) {
 	}
 	close(agent.release)
 	eventuallyOps(t, agent, "limits 50", "limits 0")
+}
+
+// TestLiveMemoryUpdate: docker update --memory of a running container
+// sets its cgroup's limit in the guest when the new limit fits the VM it
+// started in, and is refused, changing nothing, when it does not.
+func TestLiveMemoryUpdate(t *testing.T) {
+	t.Parallel()
+	m, c, agent, _ := silentGuest(t)
+	close(agent.release)
+	c.rec.HostConfig.Memory, c.rec.HostConfig.MemorySwap = 128<<20, 256<<20
+	c.rec.VMMemoryMiB = memoryMiB(c.rec.HostConfig, 256)
+	if _, err := m.Update(context.Background(), "silent", UpdateOptions{Resources: container.Resources{Memory: 64 << 20}}); err != nil {
+		t.Fatalf("update to a smaller limit: %v", err)
+	}
+	eventuallyOps(t, agent, "limits 0 memory 67108864")
+	if _, err := m.Update(context.Background(), "silent", UpdateOptions{Resources: container.Resources{Memory: 128 << 20}}); err != nil {
+		t.Fatalf("update back to the limit the VM was sized for: %v", err)
+	}
+	eventuallyOps(t, agent, "limits 0 memory 67108864", "limits 0 memory 134217728")
+	_, err := m.Update(context.Background(), "silent", UpdateOptions{Resources: container.Resources{Memory: 1 << 30, MemorySwap: -1}})
+	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "cannot be resized while it runs") {
+		t.Errorf("update beyond the VM: %v, want a conflict", err)
+	}
+	c.mu.Lock()
+	recorded := c.rec.HostConfig.Memory
+	c.mu.Unlock()
+	if recorded != 128<<20 {
+		t.Errorf("recorded memory %d after the refused update, want 128 MiB", recorded)
+	}
+	if got := agent.ops(); len(got) != 2 {
+		t.Errorf("the refused update reached the guest: %q", got)
+	}
 }

@@ -34,7 +34,12 @@ func (m *Manager) Stats(ctx context.Context, ref string) (container.StatsRespons
 	resp := container.StatsResponse{ID: c.rec.ID, Name: "/" + c.rec.Name}
 	r := c.run
 	running, paused := c.rec.State.Running, c.rec.State.Paused
+	// As under runc, the limit is --memory (the container's cgroup's);
+	// without one it is all the memory there is, the VM's.
 	limit := uint64(memoryMiB(c.rec.HostConfig, m.guest.MemoryMiB)) << 20
+	if c.rec.HostConfig != nil && c.rec.HostConfig.Memory > 0 {
+		limit = uint64(c.rec.HostConfig.Memory)
+	}
 	c.mu.Unlock()
 	switch {
 	case r == nil || !running:
@@ -77,6 +82,11 @@ func fillStats(resp *container.StatsResponse, st *proto.GuestStats, memLimit uin
 			"active_anon": mem["Active(anon)"], "inactive_anon": mem["Inactive(anon)"],
 			"shmem": mem["Shmem"], "slab": mem["Slab"], "kernel_stack": mem["KernelStack"],
 		},
+	}
+	// A container with a cgroup of its own in the guest is measured by
+	// it, as runc's are: the guest's kernel and agent are not its usage.
+	if st.CgroupMemoryStat != nil {
+		resp.MemoryStats.Usage, resp.MemoryStats.Stats = st.CgroupMemory, st.CgroupMemoryStat
 	}
 	if len(st.Networks) > 0 {
 		resp.Networks = map[string]container.NetworkStats{}

@@ -58,4 +58,11 @@ func TestFillStats(t *testing.T) {
 	if b.PidsStats.Current != 3 || !b.Read.Equal(time.Unix(2, 0)) {
 		t.Errorf("pids %d, read %v", b.PidsStats.Current, b.Read)
 	}
+
+	// With a cgroup of its own, the container is measured by it.
+	cur.CgroupMemory, cur.CgroupMemoryStat = 5<<20, map[string]uint64{"anon": 4 << 20, "inactive_file": 1 << 20}
+	fillStats(&b, cur, 32<<20, time.Unix(3, 0))
+	if b.MemoryStats.Usage != 5<<20 || b.MemoryStats.Limit != 32<<20 || b.MemoryStats.Stats["inactive_file"] != 1<<20 {
+		t.Errorf("memory with a cgroup = %+v", b.MemoryStats)
+	}
 }

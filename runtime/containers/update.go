@@ -30,8 +30,10 @@ type UpdateOptions struct {
 // setting as it is. A stopped container takes the new values at its next
 // start. A running one keeps the VM it booted: --memory and --cpus size
 // that VM and QEMU here cannot resize it, so changing them is refused
-// until the container is stopped; the other resource settings are stored
-// as dockerd stores them.
+// until the container is stopped, unless the new --memory fits the VM it
+// runs in: then, as --pids-limit, it is the container's cgroup's limit at
+// once, and the VM is sized for it at the next start. The other resource
+// settings are stored as dockerd stores them.
 func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (container.UpdateResponse, error) {
 	resp := container.UpdateResponse{Warnings: []string{}}
 	if err := validateUpdate(opts); err != nil {
@@ -54,7 +56,7 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 	if err := applyUpdate(&hc, opts); err != nil {
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: %v", c.rec.ID, err))
 	}
-	if c.run != nil && (memoryMiB(&hc, m.guest.MemoryMiB) != memoryMiB(old, m.guest.MemoryMiB) || cpus(&hc, m.guest.CPUs) != cpus(old, m.guest.CPUs)) {
+	if c.run != nil && (hc.Memory != old.Memory && memoryMiB(&hc, m.guest.MemoryMiB) > c.vmMemoryMiB() || cpus(&hc, m.guest.CPUs) != cpus(old, m.guest.CPUs)) {
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: --memory and --cpus size the container's VM, which cannot be resized while it runs; stop the container, update it and start it again", c.rec.ID))
 	}
 	if r := c.run; r != nil && hc.CpusetCpus != old.CpusetCpus {
@@ -62,9 +64,10 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 			return resp, fmt.Errorf("Cannot update container %s: %w", c.rec.ID, err)
 		}
 	}
-	// As dockerd, a running container's pids limit changes at once.
-	if r := c.run; r != nil && pidsLimit(&hc) != pidsLimit(old) {
-		if err := c.setPidsLimit(ctx, r, pidsLimit(&hc)); err != nil {
+	// As dockerd, a running container's pids and memory limits change at
+	// once.
+	if r := c.run; r != nil && (pidsLimit(&hc) != pidsLimit(old) || hc.Memory != old.Memory) {
+		if err := c.setLimits(ctx, r, limitsOf(&hc)); err != nil {
 			return resp, fmt.Errorf("Cannot update container %s: %w", c.rec.ID, err)
 		}
 	}
@@ -174,23 +177,39 @@ func pidsLimit(hc *container.HostConfig) int64 {
 	return *hc.PidsLimit
 }
 
-// setPidsLimit changes a running container's pids limit in its guest. A
-// guest that sets it only after askAgent gave up, when the update has
-// failed, has it set back to the recorded limit. Callers hold c.mu.
-func (c *ctr) setPidsLimit(ctx context.Context, r *run, limit int64) error {
-	set := func(ctx context.Context, limit int64) error {
-		return r.client.SetLimits(ctx, proto.LimitsSpec{PidsLimit: limit})
+// vmMemoryMiB is the RAM of the VM the running container started in:
+// what its record says, or (a record from before that was kept) what its
+// HostConfig sizes, which was the same unless it has changed since.
+// Callers hold c.mu.
+func (c *ctr) vmMemoryMiB() int {
+	if c.rec.VMMemoryMiB > 0 {
+		return c.rec.VMMemoryMiB
 	}
-	return c.askAgent(ctx, r, func(ctx context.Context) error { return set(ctx, limit) }, func() {
-		recorded := pidsLimit(c.rec.HostConfig)
-		if recorded == limit {
+	return memoryMiB(c.rec.HostConfig, c.m.guest.MemoryMiB)
+}
+
+// limitsOf are the limits the container's cgroup in the guest keeps.
+func limitsOf(hc *container.HostConfig) proto.LimitsSpec {
+	return proto.LimitsSpec{PidsLimit: pidsLimit(hc), MemoryLimit: max(hc.Memory, 0)}
+}
+
+// setLimits changes a running container's limits in its guest. A guest
+// that sets them only after askAgent gave up, when the update has failed,
+// has them set back to the recorded ones. Callers hold c.mu.
+func (c *ctr) setLimits(ctx context.Context, r *run, limits proto.LimitsSpec) error {
+	set := func(ctx context.Context, limits proto.LimitsSpec) error {
+		return r.client.SetLimits(ctx, limits)
+	}
+	return c.askAgent(ctx, r, func(ctx context.Context) error { return set(ctx, limits) }, func() {
+		recorded := limitsOf(c.rec.HostConfig)
+		if recorded == limits {
 			return
 		}
-		c.m.log.Warn("the guest set a pids limit late; setting the recorded one back", "id", c.rec.ID[:12])
+		c.m.log.Warn("the guest set limits late; setting the recorded ones back", "id", c.rec.ID[:12])
 		ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
 		defer cancel()
 		if err := set(ctx, recorded); err != nil {
-			c.m.log.Error("set the recorded pids limit back", "id", c.rec.ID[:12], "err", err)
+			c.m.log.Error("set the recorded limits back", "id", c.rec.ID[:12], "err", err)
 		}
 	})
 }

@@ -88,3 +88,22 @@ func TestValidateUpdate(t *testing.T) {
 		}
 	}
 }
+
+// A VM holds its container's --memory and the guest's own overhead.
+func TestMemoryMiB(t *testing.T) {
+	for _, tt := range []struct {
+		memory int64
+		want   int
+	}{
+		{0, 256},
+		{6 << 20, minGuestMiB},
+		{32 << 20, 32 + 80},
+		{128 << 20, 128 + 80 + 2},
+		{(128 << 20) + 1, 129 + 80 + 2},
+		{1 << 30, 1024 + 80 + 16},
+	} {
+		if got := memoryMiB(&container.HostConfig{Resources: container.Resources{Memory: tt.memory}}, 256); got != tt.want {
+			t.Errorf("memoryMiB(%d) = %d, want %d", tt.memory, got, tt.want)
+		}
+	}
+}
