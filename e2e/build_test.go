@@ -257,6 +257,30 @@ func TestBuildErrorsAsDockerd(t *testing.T) {
 	}
 }
 
+// TestBuildVolumes: with the classic builder, what a RUN step writes under
+// a VOLUME declared before it is left out of the image, the next step sees
+// the volume as it was, and a volume's missing mount point is made and
+// kept, as dockerd's classic builder does with the volumes of each step's
+// container.
+func TestBuildVolumes(t *testing.T) {
+	requireSuite(t)
+	base := pulled(t, testimages.Busybox)
+	dir := writeContext(t, map[string]string{"Dockerfile": "FROM " + base + "\n" +
+		"RUN mkdir /vol && echo before > /vol/f\n" +
+		"VOLUME /vol /data/db\n" +
+		"RUN echo after > /vol/f && echo new > /vol/g && echo x > /data/db/x && echo kept > /kept\n" +
+		"RUN cat /vol/f > /seen; ls /data/db >> /seen\n"})
+	tag := builtName(t)
+	removeImages(t, tag)
+	if r := dockerBuild(t, dir, "-t", tag); r.Code != 0 {
+		t.Fatalf("build: exit %d", r.Code)
+	}
+	got := mustDocker(t, "run", "--rm", tag, "sh", "-c", "cat /vol/f /seen /kept; ls /vol; ls /data/db; test -d /data/db && echo made")
+	if want := "before\nbefore\nkept\nf\nmade\n"; got != want {
+		t.Errorf("the image holds %q, want %q", got, want)
+	}
+}
+
 // TestBuildCacheIgnoresMtimes: rebuilding after the sources were touched
 // (as a fresh checkout does) takes every step from the cache, as dockerd's
 // classic builder does, the COPY and the RUN after it included.

@@ -765,10 +765,12 @@ type stage struct {
 	fs      *fsIndex
 
 	// The build VM, booted on the first RUN from vmBase (the FROM image,
-	// "" for scratch), whose root holds the first vmLayers of layers.
-	vm       Sandbox
-	vmBase   string
-	vmLayers int
+	// "" for scratch, whose own layers are the first baseLayers), whose
+	// root holds the first vmLayers of layers.
+	vm         Sandbox
+	vmBase     string
+	vmLayers   int
+	baseLayers int
 }
 
 type argDecl struct {
@@ -850,7 +852,7 @@ func (bd *build) from(ctx context.Context, st *stage, base string) error {
 			return err
 		}
 	}
-	st.vmBase, st.vmLayers = st.imageID, len(st.layers)
+	st.vmBase, st.vmLayers, st.baseLayers = st.imageID, len(st.layers), len(st.layers)
 	st.cfg.Config.OnBuild = append([]string(nil), st.cfg.Config.OnBuild...)
 	hasPath := false
 	for _, kv := range st.cfg.Config.Env {

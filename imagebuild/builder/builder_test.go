@@ -1225,3 +1225,82 @@ func TestIgnoreFileOfADirectoryContext(t *testing.T) {
 		t.Errorf("a directory context's .dockerignore was applied again: %v", err)
 	}
 }
+
+// A classic build leaves out of a RUN step's layer what it changed under a
+// VOLUME, as dockerd's classic builder does, and runs the next step in a
+// VM without those changes; the volume's missing mount point is made, and
+// kept. A BuildKit build keeps the changes, as BuildKit does.
+func TestRunChangesUnderVolumes(t *testing.T) {
+	df := "FROM base\nVOLUME /vol\nRUN touch /vol/f /kept\nRUN true\n"
+	runLayer := makeTar(t,
+		file{name: "vol/", typ: tar.TypeDir},
+		file{name: "vol/f", body: "in the volume"},
+		file{name: "vol/.wh.old"},
+		file{name: "kept", body: "outside"},
+		file{name: "kept-link", typ: tar.TypeLink, link: "vol/f"},
+	)
+	for _, tt := range []struct {
+		buildKit bool
+		want     []string
+		vms      int
+	}{
+		{false, []string{"kept", "vol"}, 2},
+		{true, []string{"kept", "kept-link", "vol", "vol/f"}, 1},
+	} {
+		f := newFixture(t)
+		f.vms.next = func() *fakeVM { return &fakeVM{t: t, layers: [][]byte{runLayer}} }
+		_, id, err := f.build(BuildOptions{DockerfileContent: []byte(df), BuildKit: tt.buildKit})
+		if err != nil {
+			t.Fatalf("BuildKit %v: %v", tt.buildKit, err)
+		}
+		base := f.files(f.baseID)
+		var got []string
+		for name := range f.files(id) {
+			if _, ok := base[name]; !ok {
+				got = append(got, name)
+			}
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("BuildKit %v: the image adds %q, want %q", tt.buildKit, got, tt.want)
+		}
+		if len(f.vms.vms) != tt.vms {
+			t.Errorf("BuildKit %v: %d build VMs, want %d", tt.buildKit, len(f.vms.vms), tt.vms)
+		}
+		if !f.vms.vms[0].closed {
+			t.Errorf("BuildKit %v: the first build VM was left open", tt.buildKit)
+		}
+		var wantPut []string
+		if !tt.buildKit {
+			wantPut = []string{"vol/ 0:0 755 "}
+		}
+		if got := f.vms.vms[0].put; !slices.Equal(got, wantPut) {
+			t.Errorf("BuildKit %v: put %q in the VM, want %q", tt.buildKit, got, wantPut)
+		}
+	}
+}
+
+func TestVolumeChangesLeftOut(t *testing.T) {
+	v := &volumeChanges{volumes: []string{"vol", "data/db"}, created: map[string]bool{"data/db": true}}
+	for _, tt := range []struct {
+		name string
+		typ  byte
+		want bool
+	}{
+		{"vol/f", tar.TypeReg, true},
+		{"./vol/sub/", tar.TypeDir, true},
+		{"vol/.wh.gone", tar.TypeReg, true},
+		{"vol/.wh..wh..opq", tar.TypeReg, true},
+		{".wh.vol", tar.TypeReg, true},
+		{"vol/", tar.TypeDir, true}, // an existing volume's own changes
+		{"data/db/", tar.TypeDir, false},
+		{"data/", tar.TypeDir, false},
+		{"data/.wh.db", tar.TypeReg, true},
+		{"volume2/f", tar.TypeReg, false},
+		{"etc/.wh.group", tar.TypeReg, false},
+	} {
+		if got := v.leftOut(&tar.Header{Name: tt.name, Typeflag: tt.typ}); got != tt.want {
+			t.Errorf("leftOut(%q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -451,6 +452,18 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 		if err := mounts.stage(ctx, vm); err != nil {
 			return nil, err
 		}
+		var vols *volumeChanges
+		if len(c.Volumes) > 0 && !bd.opts.BuildKit {
+			var mountPoints []byte
+			if vols, mountPoints, err = bd.volumesOf(ctx, st); err != nil {
+				return nil, err
+			}
+			if mountPoints != nil {
+				if err := vm.PutFiles(ctx, bytes.NewReader(mountPoints)); err != nil {
+					return nil, fmt.Errorf("make the volumes' mount points: %w", err)
+				}
+			}
+		}
 		// What dockerd's events show of the step's container running.
 		ic.event(events.ActionAttach, nil)
 		ic.network(events.ActionConnect)
@@ -470,11 +483,36 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 			return nil, &ExitError{Command: strings.Join(args, " "), Code: code}
 		}
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(vm.CutLayer(ctx, pw)) }()
-		layer, err := bd.putLayer(ctx, pr)
+		cut := make(chan struct{})
+		go func() {
+			defer close(cut)
+			pw.CloseWithError(vm.CutLayer(ctx, pw))
+		}()
+		var layerTar io.Reader = pr
+		if vols != nil {
+			layerTar = vols.filter(pr)
+		}
+		layer, err := bd.putLayer(ctx, layerTar)
 		pr.CloseWithError(errors.New("layer not taken"))
+		// The VM is used again only once its cut is over, whatever part
+		// of its stream putLayer took.
+		<-cut
 		if err != nil {
 			return nil, fmt.Errorf("take the layer of RUN from the build VM: %w", err)
+		}
+		if vols != nil && vols.dropped.Load() {
+			bd.b.log.Debug("left a RUN step's changes under its volumes out of its layer", "first", vols.first.Load(), "volumes", vols.volumes)
+			// The VM's root holds what the layer left out: the next RUN
+			// gets a VM of the stage's layers alone, and sees the
+			// volumes as they were, as dockerd's next container does.
+			if err := vm.Close(context.WithoutCancel(ctx)); err != nil {
+				bd.b.log.Warn("close a build VM", "err", err)
+			}
+			st.vm, st.vmLayers = nil, st.baseLayers
+			if layer.DiffID.String() == emptyTarDiffID {
+				return nil, nil
+			}
+			return layer, nil
 		}
 		// The VM's root now is the stage's image plus this layer.
 		st.vmLayers = len(st.layers) + 1
