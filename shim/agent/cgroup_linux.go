@@ -184,7 +184,8 @@ func (a *Agent) freeze(ctx context.Context, spec *proto.FreezeSpec, sessionClose
 		return &agentError{proto.KindInvalid, "freeze: this agent keeps no cgroups"}
 	}
 	if a.cgroupDir == "" {
-		dir, err := a.opts.Cgroups.Create(a.limits())
+		// No group yet means no limits.
+		dir, err := a.opts.Cgroups.Create(proto.LimitsSpec{})
 		if err != nil {
 			return fmt.Errorf("freeze: %w", err)
 		}
@@ -225,14 +226,6 @@ func (a *Agent) createCgroup(limits proto.LimitsSpec) (string, error) {
 	return dir, nil
 }
 
-// limits are the container's current limits. Callers hold a.mu.
-func (a *Agent) limits() proto.LimitsSpec {
-	if a.settings == nil {
-		return proto.LimitsSpec{}
-	}
-	return proto.LimitsSpec{PidsLimit: a.settings.PidsLimit, MemoryLimit: a.settings.MemoryLimit}
-}
-
 // setLimits applies OpLimits to the running container.
 func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 	if spec == nil {
@@ -243,21 +236,7 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.applyLimits(*spec); err != nil {
-		return err
-	}
-	// A freeze that makes the group later keeps them.
-	if a.settings != nil {
-		settings := *a.settings
-		settings.PidsLimit, settings.MemoryLimit = spec.PidsLimit, spec.MemoryLimit
-		a.settings = &settings
-	}
-	return nil
-}
-
-// applyLimits sets limits on the container's group, making it (and moving
-// the running processes in) if there is none yet. Callers hold a.mu.
-func (a *Agent) applyLimits(limits proto.LimitsSpec) error {
+	limits := *spec
 	if a.cgroupDir != "" {
 		return a.opts.Cgroups.SetLimits(limits)
 	}
