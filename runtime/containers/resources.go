@@ -270,13 +270,14 @@ func containerRlimits(hc *container.HostConfig) []proto.Rlimit {
 
 // containerSettings are the container-wide settings the agent applies.
 func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
+	limits := limitsOf(hc)
 	return &proto.ContainerSettings{
 		ShmSize:     hc.ShmSize,
 		ReadOnly:    hc.ReadonlyRootfs,
 		Sysctls:     hc.Sysctls,
 		Init:        hc.Init != nil && *hc.Init,
-		PidsLimit:   pidsLimit(hc),
-		MemoryLimit: max(hc.Memory, 0),
+		PidsLimit:   limits.PidsLimit,
+		MemoryLimit: limits.MemoryLimit,
 		OomScoreAdj: hc.OomScoreAdj,
 		// A privileged container, whatever its stored lists (an API
 		// client may send both), gets neither, as under dockerd.
