@@ -120,7 +120,7 @@ func TestChangesToWedgedGuest(t *testing.T) {
 		}},
 		{"update", func(t *testing.T, name, id string) {
 			refusedThenUndone(t, name, id, []string{"update", "--pids-limit", "50", name},
-				"{{.HostConfig.PidsLimit}}", "<nil>", "the guest set a pids limit late; setting the recorded one back")
+				"{{.HostConfig.PidsLimit}}", "<nil>", "the guest set limits late; setting the recorded ones back")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
