@@ -500,7 +500,9 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 		if err != nil {
 			return nil, fmt.Errorf("take the layer of RUN from the build VM: %w", err)
 		}
-		if vols != nil && vols.dropped.Load() {
+		empty := layer.DiffID.String() == emptyTarDiffID
+		switch {
+		case vols != nil && vols.dropped.Load():
 			bd.b.log.Debug("left a RUN step's changes under its volumes out of its layer", "first", vols.first.Load(), "volumes", vols.volumes)
 			// The VM's root holds what the layer left out: the next RUN
 			// gets a VM of the stage's layers alone, and sees the
@@ -509,15 +511,14 @@ func (bd *build) runCmd(ctx context.Context, st *stage, cmd *instructions.RunCom
 				bd.b.log.Warn("close a build VM", "err", err)
 			}
 			st.vm, st.vmLayers = nil, st.baseLayers
-			if layer.DiffID.String() == emptyTarDiffID {
-				return nil, nil
-			}
-			return layer, nil
+		case empty:
+			// The VM's root is the stage's image as it is.
+			st.vmLayers = len(st.layers)
+		default:
+			// The VM's root now is the stage's image plus this layer.
+			st.vmLayers = len(st.layers) + 1
 		}
-		// The VM's root now is the stage's image plus this layer.
-		st.vmLayers = len(st.layers) + 1
-		if layer.DiffID.String() == emptyTarDiffID {
-			st.vmLayers--
+		if empty {
 			return nil, nil
 		}
 		return layer, nil
