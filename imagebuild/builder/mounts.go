@@ -80,6 +80,13 @@ func (bd *build) runMounts(ctx context.Context, st *stage, mounts []*instruction
 		dest     string
 	}
 	var files, secrets []staged
+	// A secret's source is a tree of its own, made here, which goes once
+	// it is spooled, or with an error on the way.
+	defer func() {
+		for _, s := range secrets {
+			s.src.tree.Close()
+		}
+	}()
 	absolute := func(target string) string {
 		if !path.IsAbs(target) {
 			target = path.Join("/", st.cfg.Config.WorkingDir, target)
@@ -186,11 +193,6 @@ func (bd *build) runMounts(ctx context.Context, st *stage, mounts []*instruction
 			return nil, errdefs.ErrNotImplemented.WithMessage(fmt.Sprintf("RUN --mount=type=%s is not supported by husk's builder", m.Type))
 		}
 	}
-	defer func() {
-		for _, s := range secrets {
-			s.src.tree.Close()
-		}
-	}()
 	spool := func(list []staged) (*spooledLayer, error) {
 		if len(list) == 0 {
 			return nil, nil
