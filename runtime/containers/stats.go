@@ -36,7 +36,7 @@ func (m *Manager) Stats(ctx context.Context, ref string) (container.StatsRespons
 	running, paused := c.rec.State.Running, c.rec.State.Paused
 	// As under runc, the limit is --memory (the container's cgroup's);
 	// without one it is all the memory there is, the VM's.
-	limit := uint64(memoryMiB(c.rec.HostConfig, m.guest.MemoryMiB)) << 20
+	limit := uint64(m.guest.MemoryMiB) << 20
 	if c.rec.HostConfig != nil && c.rec.HostConfig.Memory > 0 {
 		limit = uint64(c.rec.HostConfig.Memory)
 	}

@@ -66,7 +66,7 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 	}
 	// As dockerd, a running container's pids and memory limits change at
 	// once.
-	if r := c.run; r != nil && (pidsLimit(&hc) != pidsLimit(old) || hc.Memory != old.Memory) {
+	if r := c.run; r != nil && limitsOf(&hc) != limitsOf(old) {
 		if err := c.setLimits(ctx, r, limitsOf(&hc)); err != nil {
 			return resp, fmt.Errorf("Cannot update container %s: %w", c.rec.ID, err)
 		}
