@@ -259,9 +259,10 @@ type ProcessTmpfs struct {
 type ExitStatus struct {
 	Code   int `json:"code"`
 	Signal int `json:"signal,omitempty"`
-	// OOMKilled says the guest's kernel OOM-killed a process while this
-	// one ran: the guest is the container's alone, so any such kill was
-	// one of the container's processes, as dockerd's OOMKilled counts.
+	// OOMKilled says the guest's kernel has OOM-killed a process since
+	// the container was set up: the guest is the container's alone, so
+	// any such kill was one of the container's processes, as dockerd's
+	// OOMKilled counts.
 	OOMKilled bool `json:"oomKilled,omitempty"`
 }
 
