@@ -132,6 +132,10 @@ type Agent struct {
 	// cgroupDir is the container's cgroup (Options.Cgroups); "" without
 	// one.
 	cgroupDir string
+	// cgroupLate says the group was made after the container's processes
+	// started (a freeze, or docker update): what they had charged before
+	// stays the root's, so its memory figures are not the container's.
+	cgroupLate bool
 	// frozen says OpFreeze froze the container's cgroup: a restored
 	// copy's processes stay frozen until the host thaws them.
 	frozen  bool
@@ -644,7 +648,7 @@ func (a *Agent) undoSetupLocked(ctx context.Context) {
 		_ = a.mounts.release()
 	}
 	_ = a.opts.Rootfs.Unmount(ctx)
-	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir = "", "", "", nil, nil, ""
+	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir, a.cgroupLate = "", "", "", nil, nil, "", false
 }
 
 // awaitSetup returns once the root is set up, or with the error of the
@@ -720,11 +724,7 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) (<-chan e
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fail(fmt.Errorf("setup: %w", err))
 	}
-	var limits proto.LimitsSpec
-	if spec.Settings != nil {
-		limits = proto.LimitsSpec{PidsLimit: spec.Settings.PidsLimit, MemoryLimit: spec.Settings.MemoryLimit}
-	}
-	cgroupDir, err := a.createCgroup(limits)
+	cgroupDir, err := a.createCgroup(spec.Settings.Limits())
 	if err != nil {
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fail(err)
@@ -735,7 +735,7 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) (<-chan e
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fail(fmt.Errorf("setup: %w", err))
 	}
-	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir = root, spec.Hostname, etcDir, mounts, spec.Settings, cgroupDir
+	a.root, a.hostname, a.etcDir, a.mounts, a.settings, a.cgroupDir, a.cgroupLate = root, spec.Hostname, etcDir, mounts, spec.Settings, cgroupDir, false
 	a.oomKillsAtSetup = oomKills()
 	if netDone == nil && a.opts.Network != nil {
 		a.network = appliedNetwork(spec.Network)

@@ -19,12 +19,13 @@ import (
 )
 
 // GuestCgroups keeps the container's processes in one cgroup v2 group of
-// the guest, where --pids-limit is its pids.max and --memory its
-// memory.max. The guest is the container's alone, so a single group under
-// the root does; dockerd's other cgroup limits size the VM instead. The
-// group is made only for a limit (at setup, or by docker update, which
-// adopts the processes already running): mounting it and moving each
-// process in costs every start ~100 ms of guest time under TCG.
+// the guest, where --pids-limit is its pids.max, --memory its memory.max
+// and --cpus (or --cpu-quota) its cpu.max. The guest is the container's
+// alone, so a single group under the root does; dockerd's other cgroup
+// limits size the VM instead. The group is made only for a limit (at
+// setup, or by docker update, which adopts the processes already
+// running) or a freeze: mounting it and moving each process in costs
+// every start ~100 ms of guest time under TCG.
 type GuestCgroups struct {
 	// Dir is where cgroup2 is mounted; default /run/husk/cgroup.
 	Dir string
@@ -39,8 +40,36 @@ func (g GuestCgroups) dir() string {
 
 func (g GuestCgroups) group() string { return filepath.Join(g.dir(), "container") }
 
-// Create mounts cgroup2 (once per boot), enables the pids and memory
-// controllers and makes the container's group.
+// limitFile is one file a limit is written to, the controller that
+// keeps it, and its value.
+type limitFile struct {
+	controller, file, value string
+	limited                 bool
+}
+
+// limitFiles are the files l is written to.
+func limitFiles(l proto.LimitsSpec) []limitFile {
+	period := l.CPUPeriod
+	if period <= 0 {
+		period = 100_000
+	}
+	return []limitFile{
+		{"pids", "pids.max", maxValue(l.PidsLimit), l.PidsLimit > 0},
+		{"memory", "memory.max", maxValue(l.MemoryLimit), l.MemoryLimit > 0},
+		{"cpu", "cpu.max", maxValue(l.CPUQuota) + " " + strconv.FormatInt(period, 10), l.CPUQuota > 0},
+	}
+}
+
+// maxValue is a cgroup limit's value: "max" for none.
+func maxValue(v int64) string {
+	if v <= 0 {
+		return "max"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// Create mounts cgroup2 (once per boot), enables the pids, memory and cpu
+// controllers the guest kernel has and makes the container's group.
 func (g GuestCgroups) Create(limits proto.LimitsSpec) (string, error) {
 	dir := g.dir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -52,8 +81,24 @@ func (g GuestCgroups) Create(limits proto.LimitsSpec) (string, error) {
 			return "", fmt.Errorf("mount cgroup2: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids +memory"), 0); err != nil {
-		return "", fmt.Errorf("enable the pids and memory controllers: %w", err)
+	// A kernel built without a controller (a minimal guest kernel may
+	// lack one) still gets a group: a freeze needs none, and a limit that
+	// needs a missing one fails in SetLimits, in its own words.
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return "", fmt.Errorf("cgroup: %w", err)
+	}
+	have := strings.Fields(string(b))
+	var enable []string
+	for _, l := range limitFiles(proto.LimitsSpec{}) {
+		if slices.Contains(have, l.controller) {
+			enable = append(enable, "+"+l.controller)
+		}
+	}
+	if len(enable) > 0 {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0); err != nil {
+			return "", fmt.Errorf("enable the %s controllers: %w", strings.Join(enable, " "), err)
+		}
 	}
 	if err := os.Mkdir(g.group(), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("cgroup: %w", err)
@@ -64,17 +109,19 @@ func (g GuestCgroups) Create(limits proto.LimitsSpec) (string, error) {
 	return g.group(), nil
 }
 
-// SetLimits writes pids.max and memory.max.
+// SetLimits writes pids.max, memory.max and cpu.max. A limit whose
+// controller the guest kernel lacks is refused; lifting it is nothing
+// to do.
 func (g GuestCgroups) SetLimits(limits proto.LimitsSpec) error {
-	for _, l := range []struct {
-		file string
-		v    int64
-	}{{"pids.max", limits.PidsLimit}, {"memory.max", limits.MemoryLimit}} {
-		v := "max"
-		if l.v > 0 {
-			v = strconv.FormatInt(l.v, 10)
+	for _, l := range limitFiles(limits) {
+		path := filepath.Join(g.group(), l.file)
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			if !l.limited {
+				continue
+			}
+			return &agentError{proto.KindInvalid, fmt.Sprintf("set %s: the guest kernel has no cgroup %s controller", l.file, l.controller)}
 		}
-		if err := os.WriteFile(filepath.Join(g.group(), l.file), []byte(v), 0); err != nil {
+		if err := os.WriteFile(path, []byte(l.value), 0); err != nil {
 			return fmt.Errorf("set %s: %w", l.file, err)
 		}
 	}
@@ -192,7 +239,7 @@ func (a *Agent) freeze(ctx context.Context, spec *proto.FreezeSpec, sessionClose
 		// From here on the container's processes start in the group, and
 		// their children are born in it. Until the others are moved in,
 		// the next freeze must try again.
-		a.cgroupDir = dir
+		a.cgroupDir, a.cgroupLate = dir, true
 		if err := a.opts.Cgroups.Adopt(); err != nil {
 			a.cgroupDir = ""
 			return fmt.Errorf("freeze: %w", err)
@@ -213,11 +260,11 @@ func (a *Agent) freeze(ctx context.Context, spec *proto.FreezeSpec, sessionClose
 // createCgroup makes the container's cgroup where the agent can; without
 // one a limit cannot be kept, and is refused.
 func (a *Agent) createCgroup(limits proto.LimitsSpec) (string, error) {
-	if limits.PidsLimit <= 0 && limits.MemoryLimit <= 0 {
+	if limits.None() {
 		return "", nil
 	}
 	if a.opts.Cgroups == nil {
-		return "", &agentError{proto.KindInvalid, "setup: this agent keeps no cgroups: a pids or memory limit cannot be applied"}
+		return "", &agentError{proto.KindInvalid, "setup: this agent keeps no cgroups: a pids, memory or cpu limit cannot be applied"}
 	}
 	dir, err := a.opts.Cgroups.Create(limits)
 	if err != nil {
@@ -240,7 +287,7 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 	if a.cgroupDir != "" {
 		return a.opts.Cgroups.SetLimits(limits)
 	}
-	if limits.PidsLimit <= 0 && limits.MemoryLimit <= 0 {
+	if limits.None() {
 		return nil // no limit, and no group to lift one from
 	}
 	if a.root == "" {
@@ -252,7 +299,7 @@ func (a *Agent) setLimits(spec *proto.LimitsSpec) error {
 	}
 	// Processes started from now on join it themselves; those running
 	// are moved in.
-	a.cgroupDir = dir
+	a.cgroupDir, a.cgroupLate = dir, true
 	return a.opts.Cgroups.Adopt()
 }
 

@@ -40,10 +40,13 @@ func (a *Agent) stats(p *process) (*proto.GuestStats, error) {
 	}
 	st.Disks = readDisks("/sys/block")
 	a.mu.Lock()
-	cgroupDir := a.cgroupDir
+	cgroupDir, late := a.cgroupDir, a.cgroupLate
 	a.mu.Unlock()
 	if cgroupDir != "" {
-		st.CgroupMemory, st.CgroupMemoryStat = readCgroupMemory(cgroupDir)
+		if !late {
+			st.CgroupMemory, st.CgroupMemoryStat = readCgroupMemory(cgroupDir)
+		}
+		st.CgroupCPUStat, _ = readFlatKeyed(filepath.Join(cgroupDir, "cpu.stat"))
 	}
 	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", p.pid)); err == nil {
 		st.Pids = countTasks(ns)
@@ -245,14 +248,26 @@ func readCgroupMemory(dir string) (uint64, map[string]uint64) {
 	if err != nil {
 		return 0, nil
 	}
-	stat := map[string]uint64{}
-	if b, err := os.ReadFile(filepath.Join(dir, "memory.stat")); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, " ")
-			if n, err := strconv.ParseUint(v, 10, 64); ok && err == nil {
-				stat[k] = n
-			}
-		}
+	stat, _ := readFlatKeyed(filepath.Join(dir, "memory.stat"))
+	if stat == nil {
+		stat = map[string]uint64{}
 	}
 	return current, stat
+}
+
+// readFlatKeyed reads a cgroup file of "key value" lines (memory.stat,
+// cpu.stat).
+func readFlatKeyed(path string) (map[string]uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if n, err := strconv.ParseUint(v, 10, 64); ok && err == nil {
+			out[k] = n
+		}
+	}
+	return out, nil
 }

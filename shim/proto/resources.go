@@ -34,6 +34,13 @@ type ContainerSettings struct {
 	// holds the container to the limit, and what an OOM kill is counted
 	// against, as under runc. 0 is no limit.
 	MemoryLimit int64 `json:"memoryLimit,omitempty"`
+	// CPUQuota and CPUPeriod are the same cgroup's cpu.max, in
+	// microseconds: --cpus (as a quota of a 100 ms period, as runc sets
+	// it) or --cpu-quota and --cpu-period. The VM has --cpus rounded up
+	// as its vCPUs, so the group is what holds a fraction of one to its
+	// share. A CPUQuota of 0 is no limit; a CPUPeriod of 0 is 100 ms.
+	CPUQuota  int64 `json:"cpuQuota,omitempty"`
+	CPUPeriod int64 `json:"cpuPeriod,omitempty"`
 	// Domainname is the container's NIS domain name (--domainname), set
 	// in its UTS namespace beside its hostname.
 	Domainname string `json:"domainname,omitempty"`
@@ -59,6 +66,24 @@ type LimitsSpec struct {
 	PidsLimit int64 `json:"pidsLimit"`
 	// MemoryLimit is the new ContainerSettings.MemoryLimit.
 	MemoryLimit int64 `json:"memoryLimit"`
+	// CPUQuota and CPUPeriod are the new ContainerSettings.CPUQuota and
+	// CPUPeriod.
+	CPUQuota  int64 `json:"cpuQuota"`
+	CPUPeriod int64 `json:"cpuPeriod"`
+}
+
+// Limits are the limits s sets, as OpLimits would give them.
+func (s *ContainerSettings) Limits() LimitsSpec {
+	if s == nil {
+		return LimitsSpec{}
+	}
+	return LimitsSpec{PidsLimit: s.PidsLimit, MemoryLimit: s.MemoryLimit, CPUQuota: s.CPUQuota, CPUPeriod: s.CPUPeriod}
+}
+
+// None says l limits nothing, so that the container needs no cgroup for
+// it.
+func (l LimitsSpec) None() bool {
+	return l.PidsLimit <= 0 && l.MemoryLimit <= 0 && l.CPUQuota <= 0
 }
 
 // Device is one character device node: where it goes in the container,

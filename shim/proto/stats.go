@@ -22,11 +22,17 @@ type GuestStats struct {
 	// "MemAvailable", "Inactive(file)", …).
 	Memory map[string]uint64 `json:"memory"`
 	// CgroupMemory is the container's cgroup's memory.current, and
-	// CgroupMemoryStat its memory.stat, when the container has a cgroup
-	// (a --memory or --pids-limit): then they, not the guest's, are the
-	// container's usage, as under runc.
+	// CgroupMemoryStat its memory.stat, when the container has had a
+	// cgroup since it was set up (a --memory, --pids-limit or --cpus):
+	// then they, not the guest's, are the container's usage, as under
+	// runc. A group made later (docker pause, docker update) was not
+	// charged for what the container already used, so it is left out.
 	CgroupMemory     uint64            `json:"cgroupMemory,omitempty"`
 	CgroupMemoryStat map[string]uint64 `json:"cgroupMemoryStat,omitempty"`
+	// CgroupCPUStat is the same group's cpu.stat: with the cpu
+	// controller (a --cpus or --cpu-quota), nr_periods, nr_throttled and
+	// throttled_usec say how often its quota held it back.
+	CgroupCPUStat map[string]uint64 `json:"cgroupCPUStat,omitempty"`
 
 	Networks []NetDevStats `json:"networks,omitempty"`
 	Disks    []DiskStats   `json:"disks,omitempty"`
