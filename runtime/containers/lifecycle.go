@@ -182,7 +182,7 @@ func (c *ctr) start(ctx context.Context, ref string) (attempted bool, err error)
 		}
 	}
 	now := time.Now().UTC()
-	c.rec.VMMemoryMiB = memoryMiB(c.rec.HostConfig, m.guest.MemoryMiB)
+	c.rec.VMMemoryMiB, c.rec.VMCPUs = memoryMiB(c.rec.HostConfig, m.guest.MemoryMiB), cpus(c.rec.HostConfig, m.guest.CPUs)
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
 		StartedAt: now.Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,

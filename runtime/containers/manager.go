@@ -165,6 +165,9 @@ type Record struct {
 	// limit within that VM, so it may differ from what the HostConfig
 	// would size. 0 in records written before it was kept.
 	VMMemoryMiB int `json:",omitempty"`
+	// VMCPUs is, likewise, the vCPUs of that VM, within which a docker
+	// update of --cpus changes the cgroup's quota.
+	VMCPUs int `json:",omitempty"`
 }
 
 const recordFile = "config.json"

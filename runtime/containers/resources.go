@@ -278,6 +278,8 @@ func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
 		Init:        hc.Init != nil && *hc.Init,
 		PidsLimit:   limits.PidsLimit,
 		MemoryLimit: limits.MemoryLimit,
+		CPUQuota:    limits.CPUQuota,
+		CPUPeriod:   limits.CPUPeriod,
 		OomScoreAdj: hc.OomScoreAdj,
 		// A privileged container, whatever its stored lists (an API
 		// client may send both), gets neither, as under dockerd.

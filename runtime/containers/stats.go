@@ -67,6 +67,13 @@ func fillStats(resp *container.StatsResponse, st *proto.GuestStats, memLimit uin
 		},
 		SystemUsage: st.CPUTotal, OnlineCPUs: uint32(st.OnlineCPUs),
 	}
+	if cs := st.CgroupCPUStat; cs != nil {
+		if _, ok := cs["nr_periods"]; ok {
+			resp.CPUStats.ThrottlingData = container.ThrottlingData{
+				Periods: cs["nr_periods"], ThrottledPeriods: cs["nr_throttled"], ThrottledTime: cs["throttled_usec"] * 1000,
+			}
+		}
+	}
 	mem := st.Memory
 	// Usage counts the page cache, as a cgroup's does; the CLI takes
 	// inactive_file back out.

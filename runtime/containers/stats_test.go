@@ -65,4 +65,13 @@ func TestFillStats(t *testing.T) {
 	if b.MemoryStats.Usage != 5<<20 || b.MemoryStats.Limit != 32<<20 || b.MemoryStats.Stats["inactive_file"] != 1<<20 {
 		t.Errorf("memory with a cgroup = %+v", b.MemoryStats)
 	}
+	if b.CPUStats.ThrottlingData != (container.ThrottlingData{}) {
+		t.Errorf("throttling without the cpu controller = %+v", b.CPUStats.ThrottlingData)
+	}
+	// With a CPU quota, its cpu.stat says how often it was held back.
+	cur.CgroupCPUStat = map[string]uint64{"usage_usec": 9, "nr_periods": 20, "nr_throttled": 7, "throttled_usec": 350_000}
+	fillStats(&b, cur, 32<<20, time.Unix(4, 0))
+	if want := (container.ThrottlingData{Periods: 20, ThrottledPeriods: 7, ThrottledTime: 350_000_000}); b.CPUStats.ThrottlingData != want {
+		t.Errorf("throttling = %+v, want %+v", b.CPUStats.ThrottlingData, want)
+	}
 }

@@ -56,7 +56,11 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 	if err := applyUpdate(&hc, opts); err != nil {
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: %v", c.rec.ID, err))
 	}
-	if c.run != nil && (hc.Memory != old.Memory && memoryMiB(&hc, m.guest.MemoryMiB) > c.vmMemoryMiB() || cpus(&hc, m.guest.CPUs) != cpus(old, m.guest.CPUs)) {
+	// Within the VM it started in, a running container's --memory and
+	// --cpus are its cgroup's limits, which change at once; beyond it
+	// they would need a bigger VM.
+	if c.run != nil && (hc.Memory != old.Memory && memoryMiB(&hc, m.guest.MemoryMiB) > c.vmMemoryMiB() ||
+		hc.NanoCPUs != old.NanoCPUs && cpus(&hc, m.guest.CPUs) > c.vmCPUs()) {
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: --memory and --cpus size the container's VM, which cannot be resized while it runs; stop the container, update it and start it again", c.rec.ID))
 	}
 	if r := c.run; r != nil && hc.CpusetCpus != old.CpusetCpus {
@@ -188,9 +192,34 @@ func (c *ctr) vmMemoryMiB() int {
 	return memoryMiB(c.rec.HostConfig, c.m.guest.MemoryMiB)
 }
 
+// vmCPUs is, as vmMemoryMiB, the vCPUs of the VM the running container
+// started in. Callers hold c.mu.
+func (c *ctr) vmCPUs() int {
+	if c.rec.VMCPUs > 0 {
+		return c.rec.VMCPUs
+	}
+	return cpus(c.rec.HostConfig, c.m.guest.CPUs)
+}
+
 // limitsOf are the limits the container's cgroup in the guest keeps.
+// --cpus is a quota of a 100 ms period, as dockerd hands it to runc;
+// --cpu-period and --cpu-quota are taken as they are.
 func limitsOf(hc *container.HostConfig) proto.LimitsSpec {
-	return proto.LimitsSpec{PidsLimit: pidsLimit(hc), MemoryLimit: max(hc.Memory, 0)}
+	l := proto.LimitsSpec{PidsLimit: pidsLimit(hc), MemoryLimit: max(hc.Memory, 0)}
+	if hc.NanoCPUs > 0 {
+		l.CPUPeriod = 100_000
+		l.CPUQuota = hc.NanoCPUs * l.CPUPeriod / 1e9
+	}
+	if hc.CPUPeriod > 0 {
+		l.CPUPeriod = hc.CPUPeriod
+	}
+	if hc.CPUQuota > 0 {
+		l.CPUQuota = hc.CPUQuota
+	}
+	if l.CPUQuota <= 0 {
+		l.CPUPeriod = 0 // no quota: the period alone limits nothing
+	}
+	return l
 }
 
 // setLimits changes a running container's limits in its guest. A guest

@@ -107,3 +107,26 @@ func TestMemoryMiB(t *testing.T) {
 		}
 	}
 }
+
+// The guest's cgroup gets --cpus as runc does, a quota of a 100 ms period,
+// and --cpu-quota and --cpu-period as they are.
+func TestLimitsOfCPU(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		r                  container.Resources
+		wantQuota, wantPer int64
+	}{
+		{"none", container.Resources{}, 0, 0},
+		{"half a CPU", container.Resources{NanoCPUs: 5e8}, 50_000, 100_000},
+		{"one and a half", container.Resources{NanoCPUs: 15e8}, 150_000, 100_000},
+		{"quota", container.Resources{CPUQuota: 25_000}, 25_000, 0},
+		{"quota and period", container.Resources{CPUQuota: 30_000, CPUPeriod: 60_000}, 30_000, 60_000},
+		{"period alone", container.Resources{CPUPeriod: 60_000}, 0, 0},
+		{"unlimited quota", container.Resources{CPUQuota: -1}, 0, 0},
+	} {
+		l := limitsOf(&container.HostConfig{Resources: tt.r})
+		if l.CPUQuota != tt.wantQuota || l.CPUPeriod != tt.wantPer {
+			t.Errorf("%s: quota %d period %d, want %d %d", tt.name, l.CPUQuota, l.CPUPeriod, tt.wantQuota, tt.wantPer)
+		}
+	}
+}
