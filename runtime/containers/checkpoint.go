@@ -209,7 +209,7 @@ func (m *Manager) checkpoint(ctx context.Context, c *ctr, r *run, dir checkpoint
 			Config:      c.rec.Config,
 			HostConfig:  c.rec.HostConfig,
 			MemoryMiB:   c.vmMemoryMiB(),
-			CPUs:        cpus(c.rec.HostConfig, g.CPUs),
+			CPUs:        c.vmCPUs(),
 		}, nil
 	})
 }
@@ -375,7 +375,7 @@ func (c *ctr) startFrom(ctx context.Context, ref string, ck *checkpoints.Checkpo
 		return fmt.Errorf("restore %s from checkpoint %s: %w", ref, ck.Manifest.Name, err)
 	}
 	c.setRun(r)
-	c.rec.VMMemoryMiB = memoryMiB(c.rec.HostConfig, m.guest.MemoryMiB)
+	c.rec.VMMemoryMiB, c.rec.VMCPUs = ck.Manifest.MemoryMiB, ck.Manifest.CPUs
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
 		StartedAt: time.Now().UTC().Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,
@@ -411,8 +411,11 @@ func (m *Manager) compatible(ctx context.Context, c *ctr, man checkpoints.Manife
 		return errors.New("it was made with another guest initramfs (another husk-agent)")
 	case man.ImageID != c.rec.ImageID:
 		return fmt.Errorf("it is of image %s, the container of image %s", man.ImageID, c.rec.ImageID)
-	case man.MemoryMiB != mem || man.CPUs != n:
-		return fmt.Errorf("it has %d MiB and %d CPUs, the container %d MiB and %d CPUs", man.MemoryMiB, man.CPUs, mem, n)
+	case man.MemoryMiB < mem || man.CPUs < n:
+		// A VM at least as big as the container needs does: its cgroup
+		// then holds it to its own limits (restore), as after a docker
+		// update that changed them within the VM it ran in.
+		return fmt.Errorf("it has %d MiB and %d CPUs, the container needs %d MiB and %d CPUs", man.MemoryMiB, man.CPUs, mem, n)
 	}
 	return nil
 }
@@ -490,7 +493,7 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 	var verifyWait time.Duration
 	machine, err := g.Driver.Restore(ctx, vmm.Config{
 		ID: c.rec.ID[:12], Dir: vmDir, Kernel: g.Kernel, Initramfs: g.Initramfs, Cmdline: g.Cmdline,
-		MemoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), CPUs: cpus(c.rec.HostConfig, g.CPUs), Accel: g.Accel,
+		MemoryMiB: ck.Manifest.MemoryMiB, CPUs: ck.Manifest.CPUs, Accel: g.Accel,
 		Disks: []vmm.Disk{
 			{Path: base, ReadOnly: true, Serial: baseSerial},
 			{Path: upper, Serial: upperSerial},
@@ -538,6 +541,14 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 			_ = client.Close()
 		}
 	}()
+	// The container's limits may not be the checkpointed one's (a docker
+	// update since, or another container's checkpoint): its own hold
+	// before its processes run on.
+	if want := limitsOf(c.rec.HostConfig); ck.Manifest.HostConfig == nil || limitsOf(ck.Manifest.HostConfig) != want {
+		if err := client.SetLimits(readyCtx, want); err != nil {
+			return nil, fmt.Errorf("set the container's limits in the restored guest: %w", err)
+		}
+	}
 	// The snapshot's processes were frozen for it, or by docker pause
 	// (freezeProcesses); they run from here, with the copy's own clock and
 	// RNG.
