@@ -444,3 +444,27 @@ func TestCheckpointOutlivesInitramfsRebuild(t *testing.T) {
 	after := waitSteps(t, name, len(atCheckpoint)+2)
 	continuesFrom(t, name, after, len(atCheckpoint), lastCount(atCheckpoint))
 }
+
+// TestCheckpointLimits: a container checkpointed with --memory 128m and
+// updated to 64m while stopped is restored into the VM its checkpoint was
+// taken in, held to its new limit: 96 MiB no longer fit.
+func TestCheckpointLimits(t *testing.T) {
+	requireHusk(t)
+	img := pulled(t, testimages.Busybox)
+	name := containerName(t, "")
+	fill := []string{"exec", name, "dd", "if=/dev/zero", "of=/dev/null", "bs=96M", "count=1"}
+	mustDocker(t, "run", "-d", "--name", name, "--memory", "128m", img, "sleep", "1000")
+	if r := docker(t, fill...); r.Code != 0 {
+		t.Fatalf("96 MiB under --memory 128m = %+v, want room for it", r)
+	}
+	mustDocker(t, "checkpoint", "create", name, "cp1")
+	mustDocker(t, "update", "--memory", "64m", name)
+	mustDocker(t, "start", "--checkpoint", "cp1", name)
+	if got := state(t, name); got != "running 0" {
+		t.Fatalf("state after the restore = %q, want running 0", got)
+	}
+	if r := docker(t, fill...); r.Code != 137 {
+		t.Errorf("96 MiB after the restore under --memory 64m = %+v, want an OOM kill (exit 137)", r)
+	}
+	mustDocker(t, "rm", "-f", name)
+}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"golang.org/x/sys/unix"
 
 	"github.com/husk-vm/husk/e2e/testimages"
@@ -267,6 +269,47 @@ func TestMemoryLimit(t *testing.T) {
 		t.Errorf("stats after the update = %q, want an idle container's usage of a 64MiB limit", got)
 	}
 	mustDocker(t, "rm", "-f", name)
+}
+
+// TestCPUQuota: --cpus below the VM's vCPUs holds a busy container to its
+// share, as runc's cgroup does; the stats' throttling data count the
+// periods its quota ran out in. A docker update gives a running
+// container one, and one without a quota is never throttled.
+func TestCPUQuota(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	limited, updated := containerName(t, "-limited"), containerName(t, "-updated")
+	busy := []string{"sh", "-c", "while :; do :; done"}
+	mustDocker(t, append([]string{"run", "-d", "--name", limited, "--cpus", "0.5", img}, busy...)...)
+	mustDocker(t, append([]string{"run", "-d", "--name", updated, img}, busy...)...)
+	stats := func(name string) container.StatsResponse {
+		var st container.StatsResponse
+		apiJSON(t, http.MethodGet, "/containers/"+name+"/stats?stream=false", "", http.StatusOK, &st)
+		return st
+	}
+	throttling := func(name string) container.ThrottlingData { return stats(name).CPUStats.ThrottlingData }
+	throttled := func(name string) func() string {
+		return func() string {
+			if d := throttling(name); d.ThrottledPeriods == 0 || d.Periods < d.ThrottledPeriods || d.ThrottledTime == 0 {
+				return fmt.Sprintf("throttling data %+v", d)
+			}
+			return ""
+		}
+	}
+	eventually(t, "--cpus 0.5 throttles a busy loop", throttled(limited))
+	if d := throttling(updated); d.ThrottledPeriods != 0 {
+		t.Errorf("a container without a quota was throttled: %+v", d)
+	}
+	mustDocker(t, "update", "--cpus", "0.5", updated)
+	if got := mustDocker(t, "inspect", "-f", "{{.HostConfig.NanoCpus}}", updated); got != "500000000\n" {
+		t.Errorf("NanoCpus after the update = %q", got)
+	}
+	eventually(t, "update --cpus 0.5 throttles a running busy loop", throttled(updated))
+	// What it used before the update still counts.
+	if st := stats(updated); st.MemoryStats.Usage == 0 {
+		t.Errorf("memory usage after the update = 0: %+v", st.MemoryStats)
+	}
+	mustDocker(t, "rm", "-f", limited, updated)
 }
 
 // threadCPUs is the Cpus_allowed_list of every thread of pid, deduplicated.
