@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -30,7 +31,12 @@ type archiveConfig struct {
 	// detaches in its private mount namespace before it looks at any
 	// path: the container's tmpfs mounts, which dockerd's archive
 	// operations do not see either.
-	Hide []string          `json:"hide,omitempty"`
+	Hide []string `json:"hide,omitempty"`
+	// Etc are the container's hostname, hosts and resolv.conf, bound
+	// over the root's mount points in the same private namespace:
+	// dockerd's archive operations see (and write) them as the
+	// container does.
+	Etc  []etcBind         `json:"etc,omitempty"`
 	Op   proto.Op          `json:"op"`
 	Spec proto.ArchiveSpec `json:"spec"`
 }
@@ -58,12 +64,20 @@ func (a *Agent) archive(s *stream, req *proto.Request) error {
 		return &agentError{proto.KindInvalid, "archive: missing spec"}
 	}
 	a.mu.Lock()
-	root, hide := a.root, a.mounts.hiddenFromArchive()
+	root, hide, etcDir := a.root, a.mounts.hiddenFromArchive(), a.etcDir
 	a.mu.Unlock()
 	if root == "" {
 		return &agentError{proto.KindInvalid, "archive: the container root is not set up"}
 	}
-	h, err := a.startArchiveHelper(archiveConfig{Root: root, Hide: hide, Op: req.Op, Spec: *req.Archive})
+	binds, err := etcBinds(root, etcDir)
+	if err != nil {
+		return asAgentError(err)
+	}
+	// A missing mount point is one the container's init creates; the
+	// archive does not, so that a docker cp changes nothing it did not
+	// copy.
+	binds = slices.DeleteFunc(binds, func(b etcBind) bool { return b.Create })
+	h, err := a.startArchiveHelper(archiveConfig{Root: root, Hide: hide, Etc: binds, Op: req.Op, Spec: *req.Archive})
 	if err != nil {
 		return err
 	}
@@ -168,7 +182,7 @@ func (a *Agent) startArchiveHelper(cfg archiveConfig) (_ *archiveHelper, retErr 
 	p := &process{id: "archive", exited: make(chan struct{}), release: func() {}}
 	a.pmu.Lock()
 	sys := &syscall.SysProcAttr{Setsid: true}
-	if len(cfg.Hide) > 0 {
+	if len(cfg.Hide) > 0 || len(cfg.Etc) > 0 {
 		// The child unshares before it execs, while it has a single
 		// thread, and Go makes the new namespace's mounts private, so
 		// what the helper detaches stays mounted for the container.
@@ -216,6 +230,11 @@ func archiveHelperMain(enc *json.Encoder) error {
 		// EINVAL: no longer a mount point (already covered by another).
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("hide tmpfs %s: %w", p, err)
+		}
+	}
+	for _, b := range cfg.Etc {
+		if err := unix.Mount(b.Src, b.Dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", b.Dst, err)
 		}
 	}
 	if err := unix.Chroot(cfg.Root); err != nil {

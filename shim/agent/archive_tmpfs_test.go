@@ -60,3 +60,36 @@ func TestArchiveDoesNotSeeTmpfs(t *testing.T) {
 		t.Errorf("shutdown: %v", err)
 	}
 }
+
+// Archive operations see the container's /etc/hostname, /etc/hosts and
+// /etc/resolv.conf, as dockerd's do (they are among the mounts it sets up
+// for them), not the empty mount points underneath; the binds stay in the
+// helper's namespace.
+func TestArchiveSeesEtcFiles(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.connect(t)
+	if err := c.Setup(ctx(t), proto.SetupSpec{Hostname: "husky"}); err != nil {
+		t.Fatal(err)
+	}
+	// The container's init makes the mount points the root lacks.
+	if r := run(t, c, "start", proto.ProcessSpec{Args: []string{"sh", "-c", ":"}}); r.exit.Code != 0 {
+		t.Fatalf("start: %+v", r)
+	}
+	for path, want := range map[string]string{"/etc/hostname": "husky\n", "/etc/hosts": "localhost"} {
+		_, rc, err := c.ArchiveGet(ctx(t), path)
+		if err != nil {
+			t.Fatalf("get %s: %v", path, err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Contains(b, []byte(want)) {
+			t.Errorf("get %s: %v, an archive of %d bytes without %q", path, err, len(b), want)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(f.root, "etc/hostname")); err != nil || len(b) != 0 {
+		t.Errorf("the root's /etc/hostname in the agent's view: %q, %v; want the empty mount point", b, err)
+	}
+	if err := c.Shutdown(ctx(t)); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
