@@ -617,6 +617,8 @@ func startError(err error) error {
 		return errdefs.ErrInvalidArgument.WithMessage("failed to create task for container: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: " + ae.Message + ": unknown")
 	case proto.KindUser, proto.KindInvalid:
 		return errdefs.ErrInvalidArgument.WithMessage(ae.Message)
+	case proto.KindConfig:
+		return errors.New(ae.Message)
 	}
 	return fmt.Errorf("start container process: %w", err)
 }

@@ -3,6 +3,11 @@ package containers
 import (
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/husk-vm/husk/shim/host"
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 func TestPsColumns(t *testing.T) {
@@ -19,6 +24,28 @@ func TestPsColumns(t *testing.T) {
 	for i, tt := range tests {
 		if tt.got != tt.want {
 			t.Errorf("%d: got %q, want %q", i, tt.got, tt.want)
+		}
+	}
+}
+
+// A failed start is worded as dockerd words it, with its status: runc's
+// words where the CLI picks its exit status from them, the agent's own for
+// a bad user or setting, dockerd's for a working directory that is a file.
+func TestStartError(t *testing.T) {
+	for _, tt := range []struct {
+		kind        proto.ErrorKind
+		msg, want   string
+		invalidArgs bool
+	}{
+		{proto.KindNotFound, `exec: "x": executable file not found in $PATH`,
+			`failed to create task for container: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: "x": executable file not found in $PATH: unknown`, true},
+		{proto.KindUser, "unable to find user nope: no matching entries in passwd file", "unable to find user nope: no matching entries in passwd file", true},
+		{proto.KindConfig, "Cannot mkdir: /etc/passwd is not a directory", "Cannot mkdir: /etc/passwd is not a directory", false},
+		{proto.KindInternal, "mount: boom", "start container process: mount: boom", false},
+	} {
+		err := startError(&host.AgentError{Kind: tt.kind, Message: tt.msg})
+		if err.Error() != tt.want || errdefs.IsInvalidArgument(err) != tt.invalidArgs {
+			t.Errorf("%s: %v (invalid argument %v), want %q (%v)", tt.kind, err, errdefs.IsInvalidArgument(err), tt.want, tt.invalidArgs)
 		}
 	}
 }

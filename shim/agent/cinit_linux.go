@@ -268,6 +268,11 @@ func resolveOnThread(cfg initConfig) (_ programInRoot, restore func() error, _ e
 	// the container's filesystem before its mounts); the init's program
 	// creates it again after its own mounts, where one of them covers it.
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		if st, serr := os.Stat(dir); serr == nil && !st.IsDir() {
+			// dockerd's words (SetupWorkingDirectory) for a working
+			// directory that is a file.
+			return r, restore, &agentError{proto.KindConfig, fmt.Sprintf("Cannot mkdir: %s is not a directory", dir)}
+		}
 		return r, restore, fmt.Errorf("create working directory %s: %w", dir, err)
 	}
 	credsErr = withFileCredentials(u, func() error {

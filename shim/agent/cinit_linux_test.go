@@ -91,6 +91,8 @@ func TestMainProcessStart(t *testing.T) {
 			stdout: "/dev/work\n"},
 		{name: "working directory is a file", spec: proto.ProcessSpec{Args: []string{"pwd"}, Cwd: "/etc/notexec/dir"},
 			kind: proto.KindInternal, msg: "create working directory /etc/notexec/dir: mkdir /etc/notexec: not a directory"},
+		{name: "working directory is a file itself", spec: proto.ProcessSpec{Args: []string{"pwd"}, Cwd: "/etc/notexec"},
+			kind: proto.KindConfig, msg: "Cannot mkdir: /etc/notexec is not a directory"},
 		{name: "user cannot enter root's home", spec: proto.ProcessSpec{Args: []string{"pwd"}, User: "app", Cwd: "/root"},
 			kind: proto.KindPermission, msg: `chdir to cwd ("/root") set in config.json failed: permission denied`},
 		{name: "invalid ulimit", spec: proto.ProcessSpec{Args: []string{"true"}, Rlimits: []proto.Rlimit{{Type: "nope", Soft: 1, Hard: 1}}},

@@ -152,7 +152,11 @@ const (
 	// KindNoProcess: no process with that ID.
 	KindNoProcess ErrorKind = "no-process"
 	KindInvalid   ErrorKind = "invalid"
-	KindInternal  ErrorKind = "internal"
+	// KindConfig: the container's configuration cannot be applied in its
+	// root (a working directory that is a file), in the words dockerd
+	// itself uses for it, a daemon error there.
+	KindConfig   ErrorKind = "config"
+	KindInternal ErrorKind = "internal"
 )
 
 // AgentInfo describes the guest, answered to OpPing.
