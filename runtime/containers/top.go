@@ -37,9 +37,16 @@ func psLayout(psArgs string) ([]psColumn, error) {
 	var custom []string
 	tokens := strings.Fields(psArgs)
 	for i := 0; i < len(tokens); i++ {
+		if long, ok := strings.CutPrefix(tokens[i], "--"); ok {
+			name, _, _ := strings.Cut(long, "=")
+			if !isProcpsLongOption(name) {
+				return nil, psError("unknown gnu long option")
+			}
+			return nil, psError(fmt.Sprintf("unsupported option %q", tokens[i]))
+		}
 		flags, dash := strings.CutPrefix(tokens[i], "-")
 		if flags == "" {
-			return nil, psError(fmt.Sprintf("unsupported option %q", tokens[i]))
+			return nil, psError("garbage option")
 		}
 	token:
 		for j := 0; j < len(flags); j++ {
@@ -49,7 +56,7 @@ func psLayout(psArgs string) ([]psColumn, error) {
 				list := flags[j+1:]
 				if list == "" {
 					if i+1 == len(tokens) {
-						return nil, psError("option -o requires an argument")
+						return nil, psError("format specification must follow -o")
 					}
 					i++
 					list = tokens[i]
@@ -90,6 +97,9 @@ func psLayout(psArgs string) ([]psColumn, error) {
 	}
 	cols := make([]psColumn, 0, len(names))
 	for _, n := range names {
+		if n == "" {
+			return nil, psError("improper format list")
+		}
 		name, header, renamed := strings.Cut(n, "=")
 		col, ok := psColumnNamed(name)
 		if !ok {
@@ -101,6 +111,19 @@ func psLayout(psArgs string) ([]psColumn, error) {
 		cols = append(cols, col)
 	}
 	return cols, nil
+}
+
+// isProcpsLongOption says procps's ps knows the long option: one it
+// knows is refused as husk's, any other as procps refuses it.
+func isProcpsLongOption(name string) bool {
+	switch name {
+	case "Group", "User", "cols", "columns", "context", "cumulative", "deselect", "forest", "format",
+		"group", "header", "headers", "heading", "headings", "help", "info", "lines", "no-header",
+		"no-headers", "no-heading", "no-headings", "noheader", "noheaders", "noheading", "noheadings",
+		"pid", "ppid", "quick-pid", "rows", "sid", "signames", "sort", "tty", "user", "version", "width":
+		return true
+	}
+	return false
 }
 
 // psError is a refusal of ps options in procps's words, as dockerd

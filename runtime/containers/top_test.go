@@ -30,7 +30,11 @@ func TestPSLayout(t *testing.T) {
 		{"axo pid,stat", "PID STAT", ""},
 		{"-o pid=ID,args=", "ID ", ""},
 		{"-o pid,foo", "", `ps: error: unknown user-defined format specifier "foo"`},
-		{"-o", "", "ps: error: option -o requires an argument"},
+		{"-o", "", "ps: error: format specification must follow -o"},
+		{"-o ,pid", "", "ps: error: improper format list"},
+		{"--bogus", "", "ps: error: unknown gnu long option"},
+		{"--forest", "", `ps: error: unsupported option "--forest"`},
+		{"- x", "", "ps: error: garbage option"},
 		{"-q 1", "", `ps: error: unsupported option "-q"`},
 		{"axz", "", `ps: error: unsupported option "axz"`},
 	} {
