@@ -21,7 +21,10 @@ import (
 type scenario struct {
 	name  string
 	args  []string // {img}, {cfg} and {reg} are substituted
-	stdin []byte
+	stdin []byte // {img}, {cfg} and {reg} are substituted here too
+	// dockerfile, when set, is built as diff/built (`docker build -q -t
+	// diff/built -`) before setup, and removed after cleanup.
+	dockerfile string
 	// setup runs before args on each daemon and must succeed; cleanup runs
 	// after, best effort.
 	setup, cleanup [][]string
@@ -457,6 +460,41 @@ func scenarios() []scenario {
 		{name: "network connect alias", args: a("inspect", "-f", "{{json .NetworkSettings.Networks.diffnet2.Aliases}}", "diff-al"),
 			setup:   [][]string{{"network", "create", "diffnet2"}, {"create", "--name", "diff-al", "--network", "diffnet2", "--network-alias", "alpha", "{img}", "true"}},
 			cleanup: [][]string{{"rm", "diff-al"}, {"network", "rm", "diffnet2"}}},
+		// docker build (the classic builder: the CLI has no buildx), its
+		// messages and the image it makes
+		{name: "build failing run", args: a("build", "-"), stdin: []byte("FROM {img}\nRUN echo out; echo err >&2; exit 7\n")},
+		{name: "build unknown instruction", args: a("build", "-"), stdin: []byte("FROM {img}\nBOGUS x\n")},
+		{name: "build missing base", args: a("build", "-"), stdin: []byte("FROM {reg}/husk/nope\n")},
+		{name: "build no FROM", args: a("build", "-"), stdin: []byte("RUN true\n")},
+		{name: "build empty Dockerfile", args: a("build", "-"), stdin: []byte("# nothing\n")},
+		{name: "build COPY without context", args: a("build", "-"), stdin: []byte("FROM {img}\nCOPY f /f\n")},
+		{name: "build RUN --mount", args: a("build", "-"), stdin: []byte("FROM {img}\nRUN --mount=type=cache,target=/c true\n")},
+		{name: "build heredoc", args: a("build", "-"), stdin: []byte("FROM {img}\nRUN <<EOF\necho hi\nEOF\n")},
+		{name: "build missing target", args: a("build", "--target", "nope", "-"), stdin: []byte("FROM {img} AS a\nRUN true\n")},
+		{name: "build bad ARG use", args: a("build", "-"), stdin: []byte("FROM {img}\nENV A\n")},
+		{name: "build unused build-arg", args: a("build", "-q", "--build-arg", "UNUSED=1", "-t", "diff/b-unused", "-"), stdin: []byte("FROM {img}\nRUN true\n"),
+			cleanup: [][]string{{"rmi", "diff/b-unused"}}},
+		{name: "build args and env", args: a("run", "--rm", "diff/built"),
+			dockerfile: "ARG BASE={img}\nFROM $BASE\nARG X=def\nARG Y\nENV A=1 B=${X}-$A\nRUN echo \"X=$X Y=${Y:-unset} A=$A B=$B\" > /out\nCMD cat /out; echo $B\n"},
+		{name: "build image config", args: a("image", "inspect", "-f", "{{json .Config}}", "diff/built"),
+			dockerfile: "FROM {img}\nENV PATH=/opt/bin:$PATH\nWORKDIR rel\nWORKDIR /w\nUSER app\nLABEL a=b \"c d\"=e\nEXPOSE 80 53/udp\nVOLUME /data\n" +
+				"STOPSIGNAL SIGTERM\nHEALTHCHECK --interval=5s --retries=2 CMD true\nSHELL [\"/bin/sh\", \"-ec\"]\nONBUILD RUN echo trig\nENTRYPOINT [\"/bin/echo\"]\nCMD [\"x\"]\n"},
+		{name: "build history", args: a("history", "--no-trunc", "--format", "{{.CreatedBy}}|{{.Comment}}", "diff/built"),
+			dockerfile: "FROM {img}\nENV A=1\nRUN echo a > /a\nCOPY . /ctx\nCMD [\"sh\"]\n"},
+		{name: "build scratch", args: a("image", "inspect", "-f", "{{len .RootFS.Layers}} {{json .Config.Cmd}} {{.Architecture}} {{.Os}}", "diff/built"),
+			dockerfile: "FROM scratch\nCMD [\"/nothing\"]\n"},
+		{name: "build multi-stage", args: a("run", "--rm", "diff/built", "cat", "/got"),
+			dockerfile: "FROM {img} AS one\nRUN echo from-one > /f\nFROM {img}\nCOPY --from=one /f /got\n"},
+		{name: "build shell form with SHELL", args: a("run", "--rm", "diff/built"),
+			dockerfile: "FROM {img}\nSHELL [\"/bin/sh\", \"-c\", \"echo shell: \\\"$0\\\"; eval \\\"$0\\\"\"]\nRUN echo built > /b\nCMD cat /b\n"},
+		{name: "build onbuild trigger", args: a("build", "-"), stdin: []byte("FROM diff/built\nRUN cat /trig\n"),
+			dockerfile: "FROM {img}\nONBUILD RUN echo triggered > /trig\n"},
+		{name: "build cache", args: a("build", "-"), stdin: []byte("FROM {img}\nRUN echo once > /o\n"),
+			dockerfile: "FROM {img}\nRUN echo once > /o\n"},
+		{name: "build label and tags", args: a("image", "inspect", "-f", "{{json .Config.Labels}} {{len .RepoTags}}", "diff/built"),
+			setup:   [][]string{{"tag", "diff/built", "diff/built:second"}},
+			cleanup: [][]string{{"rmi", "diff/built:second"}},
+			dockerfile: "FROM {img}\nLABEL from=file\n"},
 		// swarm mode and plugins: neither daemon has them
 		{name: "plugin ls", args: a("plugin", "ls")},
 		{name: "plugin inspect unknown", args: a("plugin", "inspect", "nope")},
@@ -499,6 +537,8 @@ var allowed = []allowance{
 	{"network create subnet host bits", "exit", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
 	{"network create subnet host bits", "stdout", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
 	{"network create subnet host bits", "stderr", `dockerd >= 25 checks a network's IPAM config first and refuses host bits ("invalid network config:\n* invalid subnet 10.87.0.1/24: it should be 10.87.0.0/24\n* ..."); 20.10 creates the network`, false},
+	{"build heredoc", "stdout", `dockerd 20.10's Dockerfile parser predates heredocs and fails on the body as an instruction before any step; later versions parse them and refuse at the step: "heredocs require BuildKit...", as husk does`, false},
+	{"build heredoc", "stderr", `dockerd 20.10's Dockerfile parser predates heredocs and fails on the body as an instruction before any step; later versions parse them and refuse at the step: "heredocs require BuildKit...", as husk does`, false},
 	{"import not a tar", "stderr", `dockerd untars in a helper process and says "Error processing tar file(exit status 1): ..."; husk has no such process and leaves out the exit status`, false},
 }
 
@@ -631,12 +671,24 @@ func TestDifferential(t *testing.T) {
 		ran++
 		var res [2]result
 		for i, d := range daemons {
+			if sc.dockerfile != "" {
+				if r := cliAt(t, d.host, []byte(subst.Replace(sc.dockerfile)), "build", "-q", "-t", "diff/built", "-"); r.Code != 0 {
+					t.Fatalf("fixture: build of %s on %s: exit %d: %s", sc.name, d.kind, r.Code, r.Stderr)
+				}
+			}
 			for _, s := range sc.setup {
 				must(d.host, s...)
 			}
-			res[i] = cliAt(t, d.host, sc.stdin, expand(sc.args)...)
+			var stdin []byte
+			if sc.stdin != nil {
+				stdin = []byte(subst.Replace(string(sc.stdin)))
+			}
+			res[i] = cliAt(t, d.host, stdin, expand(sc.args)...)
 			for _, c := range sc.cleanup {
 				cliAt(t, d.host, nil, expand(c)...)
+			}
+			if sc.dockerfile != "" {
+				cliAt(t, d.host, nil, "rmi", "diff/built")
 			}
 			if sc.tarOut {
 				res[i].Stdout = tarListing(res[i].Stdout)
