@@ -214,7 +214,6 @@ func (d *dnsServers) answer(networkID string, w dns.ResponseWriter, r *dns.Msg) 
 	if len(addrs) > 0 {
 		m := new(dns.Msg)
 		m.SetReply(r)
-		m.Authoritative = true
 		m.RecursionAvailable = true
 		if q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY {
 			for _, a := range addrs {
