@@ -21,7 +21,7 @@ import (
 type scenario struct {
 	name  string
 	args  []string // {img}, {cfg} and {reg} are substituted
-	stdin []byte // {img}, {cfg} and {reg} are substituted here too
+	stdin []byte   // {img}, {cfg} and {reg} are substituted here too
 	// dockerfile, when set, is built as diff/built (`docker build -q -t
 	// diff/built -`) before setup, and removed after cleanup.
 	dockerfile string
@@ -492,15 +492,15 @@ func scenarios() []scenario {
 		{name: "build cache", args: a("build", "-"), stdin: []byte("FROM {img}\nRUN echo once > /o\n"),
 			dockerfile: "FROM {img}\nRUN echo once > /o\n"},
 		{name: "build label and tags", args: a("image", "inspect", "-f", "{{json .Config.Labels}} {{len .RepoTags}}", "diff/built"),
-			setup:   [][]string{{"tag", "diff/built", "diff/built:second"}},
-			cleanup: [][]string{{"rmi", "diff/built:second"}},
+			setup:      [][]string{{"tag", "diff/built", "diff/built:second"}},
+			cleanup:    [][]string{{"rmi", "diff/built:second"}},
 			dockerfile: "FROM {img}\nLABEL from=file\n"},
 		// user-defined networks and their DNS, volumes, mounts, healthchecks,
 		// paused containers, more refusals
 		{name: "user network resolv.conf", args: a("run", "--rm", "--network", "diffnet3", "{img}", "cat", "/etc/resolv.conf"),
 			setup: [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}}, cleanup: [][]string{{"network", "rm", "diffnet3"}}},
 		{name: "user network dns", args: a("run", "--rm", "--network", "diffnet3", "{img}", "sh", "-c", "nslookup -type=a alpha | tail -n +3; nslookup -type=a diff-dns | tail -n +3"),
-			setup: [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}, {"run", "-d", "--name", "diff-dns", "--network", "diffnet3", "--ip", "10.77.0.5", "--network-alias", "alpha", "{img}", "sleep", "100"}},
+			setup:   [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}, {"run", "-d", "--name", "diff-dns", "--network", "diffnet3", "--ip", "10.77.0.5", "--network-alias", "alpha", "{img}", "sleep", "100"}},
 			cleanup: [][]string{{"rm", "-f", "diff-dns"}, {"network", "rm", "diffnet3"}}},
 		{name: "user network hosts", args: a("run", "--rm", "--network", "diffnet3", "--ip", "10.77.0.9", "-h", "hh", "{img}", "cat", "/etc/hosts"),
 			setup: [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}}, cleanup: [][]string{{"network", "rm", "diffnet3"}}},
@@ -511,16 +511,16 @@ func scenarios() []scenario {
 		{name: "network inspect internal", args: a("network", "inspect", "-f", "{{.Internal}} {{.Attachable}}", "diffnet3"),
 			setup: [][]string{{"network", "create", "--internal", "--attachable", "diffnet3"}}, cleanup: [][]string{{"network", "rm", "diffnet3"}}},
 		{name: "container networks", args: a("inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.IPAddress}} {{$v.Gateway}} {{$v.IPPrefixLen}} {{json $v.Aliases}} {{json $v.IPAMConfig}}\n{{end}}", "diff-net"),
-			setup: [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}, {"run", "-d", "--name", "diff-net", "--network", "diffnet3", "--ip", "10.77.0.7", "{img}", "sleep", "100"}},
+			setup:   [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}, {"run", "-d", "--name", "diff-net", "--network", "diffnet3", "--ip", "10.77.0.7", "{img}", "sleep", "100"}},
 			cleanup: [][]string{{"rm", "-f", "diff-net"}, {"network", "rm", "diffnet3"}}},
 		{name: "run ip on default network", args: a("run", "--rm", "--ip", "10.77.0.5", "{img}", "true")},
 		{name: "run ip outside subnet", args: a("run", "--rm", "--network", "diffnet3", "--ip", "10.99.0.5", "{img}", "true"),
 			setup: [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}}, cleanup: [][]string{{"network", "rm", "diffnet3"}}},
 		{name: "run ip taken", args: a("run", "--rm", "--network", "diffnet3", "--ip", "10.77.0.5", "{img}", "true"),
-			setup: [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}, {"run", "-d", "--name", "diff-ipt", "--network", "diffnet3", "--ip", "10.77.0.5", "{img}", "sleep", "100"}},
+			setup:   [][]string{{"network", "create", "--subnet", "10.77.0.0/24", "diffnet3"}, {"run", "-d", "--name", "diff-ipt", "--network", "diffnet3", "--ip", "10.77.0.5", "{img}", "sleep", "100"}},
 			cleanup: [][]string{{"rm", "-f", "diff-ipt"}, {"network", "rm", "diffnet3"}}},
 		{name: "network rm in use", args: a("network", "rm", "diffnet3"),
-			setup: [][]string{{"network", "create", "diffnet3"}, {"run", "-d", "--name", "diff-nu", "--network", "diffnet3", "{img}", "sleep", "100"}},
+			setup:   [][]string{{"network", "create", "diffnet3"}, {"run", "-d", "--name", "diff-nu", "--network", "diffnet3", "{img}", "sleep", "100"}},
 			cleanup: [][]string{{"rm", "-f", "diff-nu"}, {"network", "rm", "diffnet3"}}},
 		{name: "network none interfaces", args: a("run", "--rm", "--network", "none", "{img}", "sh", "-c", "ls /sys/class/net; cat /etc/hosts")},
 		{name: "volume inspect details", args: a("volume", "inspect", "-f", "{{.Driver}} {{json .Labels}} {{.Scope}} {{json .Options}} {{.Name}}", "diffvol-i"),
