@@ -27,6 +27,13 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	if req.Name == "" {
 		return network.CreateResponse{}, errdefs.ErrInvalidArgument.WithMessage("network name must not be empty")
 	}
+	// dockerd refuses its predefined names before anything else, whether
+	// or not it has such a network (husk has no host network, and
+	// "default" is the default network mode's name).
+	switch req.Name {
+	case "bridge", "host", "none", "default":
+		return network.CreateResponse{}, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("operation is not permitted on predefined %s network", req.Name))
+	}
 	switch req.Driver {
 	case "", driverBridge:
 	case "overlay":
@@ -57,9 +64,6 @@ func (m *Manager) Create(ctx context.Context, req network.CreateRequest) (networ
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n := m.byNameLocked(req.Name); n != nil {
-		if n.rec.predefined() {
-			return network.CreateResponse{}, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("%s is a pre-defined network and cannot be created", req.Name))
-		}
 		return network.CreateResponse{}, errdefs.ErrConflict.WithMessage(fmt.Sprintf("network with name %s already exists", req.Name))
 	}
 	addr, err := m.chooseAddressingLocked(req.IPAM)

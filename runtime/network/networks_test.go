@@ -137,6 +137,13 @@ func TestCreateRefusesOtherDrivers(t *testing.T) {
 			t.Errorf("driver %s: %v, want %q", tc.driver, err, tc.wantErr)
 		}
 	}
+	// dockerd's predefined names are refused first, existing or not.
+	for _, name := range []string{"bridge", "host", "none", "default"} {
+		_, err := m.Create(context.Background(), network.CreateRequest{Name: name, Driver: "macvlan"})
+		if want := "operation is not permitted on predefined " + name + " network"; !errdefs.IsPermissionDenied(err) || err.Error() != want {
+			t.Errorf("network %s: %v, want %q", name, err, want)
+		}
+	}
 	_, err := m.Create(context.Background(), network.CreateRequest{Name: "n", Scope: "swarm"})
 	if want := "cannot create a swarm scoped network when swarm is not active"; !errdefs.IsPermissionDenied(err) || err.Error() != want {
 		t.Errorf("swarm scope: %v, want %q", err, want)
