@@ -260,6 +260,7 @@ func writeInitramfs(ctx context.Context, out io.Writer, bins guestBinaries, mods
 // or a lost cache) must have the same one, or they are all refused.
 func addInitLayer(cw *cpio.Writer, dated time.Time) error {
 	layer := strings.TrimPrefix(proto.InitLayerDir, "/")
+	under := strings.TrimPrefix(proto.InitLayerUnderDir, "/")
 	hide := strings.TrimPrefix(proto.HideLostFoundDir, "/")
 	// data is a symlink's target.
 	add := func(name string, mode cpio.FileMode, data string) error {
@@ -275,12 +276,18 @@ func addInitLayer(cw *cpio.Writer, dated time.Time) error {
 		}
 		return nil
 	}
-	if err := add(layer, cpio.TypeDir|0o755, ""); err != nil {
-		return err
+	for _, dir := range []string{layer, under} {
+		if err := add(dir, cpio.TypeDir|0o755, ""); err != nil {
+			return err
+		}
 	}
 	for _, e := range proto.InitLayer() {
+		dir := layer
+		if e.Under {
+			dir = under
+		}
 		var err error
-		switch name := layer + "/" + e.Path; e.Kind {
+		switch name := dir + "/" + e.Path; e.Kind {
 		case proto.InitLayerDirectory:
 			err = add(name, cpio.TypeDir|0o755, "")
 		case proto.InitLayerFile:

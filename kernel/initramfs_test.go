@@ -176,6 +176,9 @@ func TestInitramfsContent(t *testing.T) {
 			}
 			for _, e := range proto.InitLayer() {
 				name := layer + "/" + e.Path
+				if e.Under {
+					name = strings.TrimPrefix(proto.InitLayerUnderDir, "/") + "/" + e.Path
+				}
 				got, ok := entries[name]
 				if !ok {
 					t.Errorf("init layer entry %s missing", name)

@@ -12,19 +12,31 @@ import (
 )
 
 func TestWriteInitLayer(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "init")
+	dir, under := filepath.Join(t.TempDir(), "init"), filepath.Join(t.TempDir(), "init-under")
 	// A stale layer from an earlier setup is replaced.
-	if err := os.MkdirAll(filepath.Join(dir, "stale"), 0o755); err != nil {
+	for _, d := range []string{dir, under} {
+		if err := os.MkdirAll(filepath.Join(d, "stale"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeInitLayer(dir, under); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeInitLayer(dir); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{dir, under} {
+		if _, err := os.Lstat(filepath.Join(d, "stale")); err == nil {
+			t.Errorf("an earlier init layer's entry survived in %s", d)
+		}
 	}
-	if _, err := os.Lstat(filepath.Join(dir, "stale")); err == nil {
-		t.Error("an earlier init layer's entry survived")
+	// /proc, /sys, /dev/pts and /dev/shm go under the image, whose own
+	// directories keep their modes.
+	if _, err := os.Lstat(filepath.Join(dir, "proc")); err == nil {
+		t.Error("proc is in the layer over the image")
 	}
 	for _, e := range proto.InitLayer() {
 		p := filepath.Join(dir, e.Path)
+		if e.Under {
+			p = filepath.Join(under, e.Path)
+		}
 		st, err := os.Lstat(p)
 		if err != nil {
 			t.Errorf("%s: %v", e.Path, err)
@@ -90,13 +102,13 @@ func TestLowerDirs(t *testing.T) {
 						}
 					}
 				}
-				layer, hide := filepath.Join(g.Dir, "init"), filepath.Join(g.Dir, "hide-lost-found")
+				layer, under, hide := filepath.Join(g.Dir, "init"), filepath.Join(g.Dir, "init-under"), filepath.Join(g.Dir, "hide-lost-found")
 				if prebuilt {
-					layer, hide = g.InitLayer, g.HideLostFound
+					layer, under, hide = g.InitLayer, proto.InitLayerUnderDir, g.HideLostFound
 				}
-				want := []string{layer, base}
+				want := []string{layer, base, under}
 				if tc.hidden {
-					want = []string{layer, hide, base}
+					want = []string{layer, hide, base, under}
 				}
 				if got := g.lowerDirs(); !slices.Equal(got, want) {
 					t.Errorf("prebuilt %v: lower dirs %q, want %q", prebuilt, got, want)
