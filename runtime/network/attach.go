@@ -397,6 +397,7 @@ func (m *Manager) Attach(ctx context.Context, req Request) (_ *Attachment, err e
 		att.Guest = nil
 	}
 	m.dns.add(req.ContainerID, sb.rec.Endpoints)
+	m.dns.setUpstreams(req.ContainerID, sb.rec.DNS)
 	att.Hosts = hostsFile(req.Hostname, req.Domainname, own, req.ExtraHosts, m.opts.BridgeIP.Addr())
 	hostResolv, _ := os.ReadFile(m.opts.ResolvConf)
 	var dns []string
@@ -475,6 +476,7 @@ func (m *Manager) releaseLocked(sb *sandbox) error {
 // kept running while the daemon was away; its TAPs are held by its VM.
 func (m *Manager) restoreSandboxLocked(ctx context.Context, sb *sandbox) error {
 	m.dns.add(sb.rec.ContainerID, sb.rec.Endpoints)
+	m.dns.setUpstreams(sb.rec.ContainerID, sb.rec.DNS)
 	target, ok := sb.gatewayAddr()
 	if !ok {
 		return nil

@@ -65,10 +65,10 @@ func TestConnectRunning(t *testing.T) {
 	}
 	// first now resolves second, on the network it joined, and second
 	// resolves first there.
-	if got := m.dns.lookup(a.ID, netip.MustParseAddr("10.124.0.3"), "second"); len(got) != 1 || got[0].String() != "10.124.0.2" {
+	if got, _ := m.dns.lookup(a.ID, netip.MustParseAddr("10.124.0.3"), "second"); len(got) != 1 || got[0].String() != "10.124.0.2" {
 		t.Errorf("first resolves second to %v", got)
 	}
-	if got := m.dns.lookup(a.ID, netip.MustParseAddr("10.124.0.2"), "first"); len(got) != 1 || got[0].String() != "10.124.0.3" {
+	if got, _ := m.dns.lookup(a.ID, netip.MustParseAddr("10.124.0.2"), "first"); len(got) != 1 || got[0].String() != "10.124.0.3" {
 		t.Errorf("second resolves first to %v", got)
 	}
 	_, err = m.ConnectRunning(ctx, ctrA, "a", onA["a"])

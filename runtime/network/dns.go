@@ -24,17 +24,25 @@ import (
 // network connect`, its resolv.conf still names the server of its first
 // network. The server tells who asks by the source address.
 //
+// Names it does not know it forwards, as dockerd's embedded DNS does, to
+// the asking container's --dns servers, or to the host's nameservers
+// when it has none.
+//
 // It keeps its own table, updated on attach and detach, so a query never
 // waits for the manager's lock.
 type dnsServers struct {
 	log        *slog.Logger
 	resolvConf string
+	// port is where nameservers answer: 53, but for tests.
+	port string
 
 	mu      sync.Mutex
 	servers map[string]*dnsServer                       // by network ID
 	names   map[string]map[string]map[string]netip.Addr // network ID → name → container ID → address
 	owners  map[string]map[netip.Addr]string            // network ID → address → container ID
 	joined  map[string]map[string]bool                  // container ID → its network IDs
+	// upstreams are the --dns servers of the containers that have any.
+	upstreams map[string][]string // container ID → addresses
 }
 
 type dnsServer struct {
@@ -42,9 +50,10 @@ type dnsServer struct {
 }
 
 func newDNSServers(m *Manager, log *slog.Logger) *dnsServers {
-	return &dnsServers{log: log, resolvConf: m.opts.ResolvConf,
+	return &dnsServers{log: log, resolvConf: m.opts.ResolvConf, port: "53",
 		servers: map[string]*dnsServer{}, names: map[string]map[string]map[string]netip.Addr{},
-		owners: map[string]map[netip.Addr]string{}, joined: map[string]map[string]bool{}}
+		owners: map[string]map[netip.Addr]string{}, joined: map[string]map[string]bool{},
+		upstreams: map[string][]string{}}
 }
 
 // serve starts the server of one network on addr:53; a running one is
@@ -143,6 +152,18 @@ func (d *dnsServers) add(containerID string, eps []endpointRecord) {
 	}
 }
 
+// setUpstreams records a container's --dns servers, which names it asks
+// for and no container has are forwarded to.
+func (d *dnsServers) setUpstreams(containerID string, servers []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(servers) == 0 {
+		delete(d.upstreams, containerID)
+		return
+	}
+	d.upstreams[containerID] = slices.Clone(servers)
+}
+
 // remove withdraws a container's names.
 func (d *dnsServers) remove(containerID string) {
 	d.mu.Lock()
@@ -151,6 +172,7 @@ func (d *dnsServers) remove(containerID string) {
 		d.leaveLocked(containerID, networkID)
 	}
 	delete(d.joined, containerID)
+	delete(d.upstreams, containerID)
 }
 
 // removeEndpoint withdraws a container's names on one network.
@@ -178,12 +200,14 @@ func (d *dnsServers) leaveLocked(containerID, networkID string) {
 
 // lookup answers name for a query from address from to the server of
 // networkID: the names of every network the asking container is on, or
-// of that network alone when the asker is unknown.
-func (d *dnsServers) lookup(networkID string, from netip.Addr, name string) []netip.Addr {
+// of that network alone when the asker is unknown; and, for a name none
+// has, the asker's --dns servers (nil: the host's).
+func (d *dnsServers) lookup(networkID string, from netip.Addr, name string) ([]netip.Addr, []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	nets := []string{networkID}
-	if c, ok := d.owners[networkID][from]; ok {
+	c, known := d.owners[networkID][from]
+	if known {
 		for n := range d.joined[c] {
 			if n != networkID {
 				nets = append(nets, n)
@@ -198,7 +222,10 @@ func (d *dnsServers) lookup(networkID string, from netip.Addr, name string) []ne
 			}
 		}
 	}
-	return out
+	if len(out) > 0 || !known {
+		return out, nil
+	}
+	return nil, slices.Clone(d.upstreams[c])
 }
 
 func (d *dnsServers) answer(networkID string, w dns.ResponseWriter, r *dns.Msg) {
@@ -210,7 +237,7 @@ func (d *dnsServers) answer(networkID string, w dns.ResponseWriter, r *dns.Msg) 
 	}
 	q := r.Question[0]
 	name := strings.ToLower(strings.TrimSuffix(q.Name, "."))
-	addrs := d.lookup(networkID, remoteAddr(w), name)
+	addrs, upstreams := d.lookup(networkID, remoteAddr(w), name)
 	if len(addrs) > 0 {
 		m := new(dns.Msg)
 		m.SetReply(r)
@@ -228,7 +255,7 @@ func (d *dnsServers) answer(networkID string, w dns.ResponseWriter, r *dns.Msg) 
 		_ = w.WriteMsg(m)
 		return
 	}
-	_ = w.WriteMsg(d.forward(r))
+	_ = w.WriteMsg(d.forward(r, upstreams))
 }
 
 // remoteAddr is the IPv4 address a query came from.
@@ -243,12 +270,16 @@ func remoteAddr(w dns.ResponseWriter) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// forward asks the host's nameservers; SERVFAIL when none answers.
-func (d *dnsServers) forward(r *dns.Msg) *dns.Msg {
-	b, _ := os.ReadFile(d.resolvConf)
+// forward asks servers, or the host's nameservers when there are none;
+// SERVFAIL when none answers.
+func (d *dnsServers) forward(r *dns.Msg, servers []string) *dns.Msg {
+	if len(servers) == 0 {
+		b, _ := os.ReadFile(d.resolvConf)
+		servers = parseResolvConf(string(b)).Nameservers
+	}
 	c := &dns.Client{Timeout: 2 * time.Second}
-	for _, ns := range parseResolvConf(string(b)).Nameservers {
-		resp, _, err := c.Exchange(r, net.JoinHostPort(ns, "53"))
+	for _, ns := range servers {
+		resp, _, err := c.Exchange(r, net.JoinHostPort(ns, d.port))
 		if err == nil && resp != nil {
 			return resp
 		}

@@ -63,10 +63,10 @@ func TestUserNetworks(t *testing.T) {
 		t.Errorf("resolv.conf on a user network = %q", att.ResolvConf)
 	}
 	for _, name := range []string{"srv", "web", "aaaaaaaaaaaa"} {
-		if got := m.dns.lookup(a.ID, netip.Addr{}, name); len(got) != 1 || got[0].String() != "10.124.0.2" {
+		if got, _ := m.dns.lookup(a.ID, netip.Addr{}, name); len(got) != 1 || got[0].String() != "10.124.0.2" {
 			t.Errorf("DNS %s on a = %v", name, got)
 		}
-		if got := m.dns.lookup(b.ID, netip.Addr{}, name); len(got) != 0 {
+		if got, _ := m.dns.lookup(b.ID, netip.Addr{}, name); len(got) != 0 {
 			t.Errorf("DNS %s leaks onto b: %v", name, got)
 		}
 	}
@@ -95,7 +95,7 @@ func TestUserNetworks(t *testing.T) {
 	if err := m.Detach(ctx, ctrA); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.dns.lookup(a.ID, netip.Addr{}, "srv"); len(got) != 0 {
+	if got, _ := m.dns.lookup(a.ID, netip.Addr{}, "srv"); len(got) != 0 {
 		t.Errorf("DNS after detach: %v", got)
 	}
 	if err := m.Remove(ctx, a.ID); err != nil {
