@@ -57,6 +57,9 @@ func Boot(ctx context.Context, log *slog.Logger, modulesOrder string) error {
 	if err := overcommitAlways("/proc/sys"); err != nil {
 		log.Error("set the guest's overcommit policy", "err", err)
 	}
+	if err := containerRlimits(); err != nil {
+		log.Error("set the default resource limits", "err", err)
+	}
 	if err := loopbackUp(); err != nil {
 		log.Error("bring up lo", "err", err)
 	}

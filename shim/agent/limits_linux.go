@@ -42,6 +42,30 @@ func applySysctls(procSys string, sysctls map[string]string) error {
 	return nil
 }
 
+// containerRlimits sets, at boot, the limits every process of the guest
+// inherits to those dockerd's containers get from the daemon's systemd
+// units: 1024 open files, up to 524288 (systemd's default since v240,
+// which Docker Engine 25 and containerd 2.0 keep), and processes
+// unlimited (LimitNPROC=infinity). The kernel's own defaults, 1024:4096
+// files and a process count sized by the guest's small memory (a few
+// hundred), stop programs that run under Docker: one raising its
+// descriptors to the hard limit (as a JVM does), a non-root user's many
+// threads. --ulimit still sets a container's own.
+func containerRlimits() error {
+	for _, l := range []struct {
+		resource int
+		limit    unix.Rlimit
+	}{
+		{unix.RLIMIT_NOFILE, unix.Rlimit{Cur: 1024, Max: 524288}},
+		{unix.RLIMIT_NPROC, unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}},
+	} {
+		if err := unix.Setrlimit(l.resource, &l.limit); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", l.resource, err)
+		}
+	}
+	return nil
+}
+
 // rlimitResource maps Docker's --ulimit names to setrlimit resources.
 func rlimitResource(name string) (int, bool) {
 	switch name {
