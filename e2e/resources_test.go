@@ -271,6 +271,26 @@ func TestMemoryLimit(t *testing.T) {
 	mustDocker(t, "rm", "-f", name)
 }
 
+// TestDefaultUlimits: without --ulimit, a container's processes (a
+// non-root user's too) get the limits of a current Docker Engine's
+// containers: 1024 open files up to 524288, processes unlimited. The
+// reference dockerd's come from the process it was started from, so the
+// test is husk's alone.
+func TestDefaultUlimits(t *testing.T) {
+	if requireSuite(t).Kind != "huskd" {
+		t.Skip("the reference dockerd's containers inherit the limits of the process that started it")
+	}
+	img := pulled(t, testimages.Busybox)
+	r := docker(t, "run", "--rm", "-u", "app", img, "sh", "-c", "ulimit -n; ulimit -Hn; ulimit -u; ulimit -Hu")
+	if want := "1024\n524288\nunlimited\nunlimited\n"; r.Stdout != want || r.Code != 0 {
+		t.Errorf("limits = %q (exit %d, stderr %q), want %q", r.Stdout, r.Code, r.Stderr, want)
+	}
+	// --ulimit still sets the container's own.
+	if got := mustDocker(t, "run", "--rm", "--ulimit", "nproc=50:60", img, "sh", "-c", "ulimit -u; ulimit -Hu"); got != "50\n60\n" {
+		t.Errorf("--ulimit nproc=50:60: %q", got)
+	}
+}
+
 // TestCPUQuota: --cpus below the VM's vCPUs holds a busy container to its
 // share, as runc's cgroup does; the stats' throttling data count the
 // periods its quota ran out in. A docker update gives a running
