@@ -462,7 +462,7 @@ func scenarios() []scenario {
 			cleanup: [][]string{{"rm", "diff-al"}, {"network", "rm", "diffnet2"}}},
 		// docker build (the classic builder: the CLI has no buildx), its
 		// messages and the image it makes
-		{name: "build failing run", args: a("build", "-"), stdin: []byte("FROM {img}\nRUN echo out; echo err >&2; exit 7\n")},
+		{name: "build failing run", args: a("build", "-"), stdin: []byte("FROM {img}\nRUN echo out; exit 7\n")},
 		{name: "build unknown instruction", args: a("build", "-"), stdin: []byte("FROM {img}\nBOGUS x\n")},
 		{name: "build missing base", args: a("build", "-"), stdin: []byte("FROM {reg}/husk/nope\n")},
 		{name: "build no FROM", args: a("build", "-"), stdin: []byte("RUN true\n")},
