@@ -30,9 +30,8 @@ func TestDNSForwardsToTheContainersServers(t *testing.T) {
 	t.Cleanup(func() { _ = upstream.Shutdown() })
 	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
 
-	d := &dnsServers{log: slog.New(slog.DiscardHandler), resolvConf: filepath.Join(t.TempDir(), "none"), port: port,
-		servers: map[string]*dnsServer{}, names: map[string]map[string]map[string]netip.Addr{},
-		owners: map[string]map[netip.Addr]string{}, joined: map[string]map[string]bool{}, upstreams: map[string][]string{}}
+	d := newDNSServers(&Manager{opts: Options{ResolvConf: filepath.Join(t.TempDir(), "none")}}, slog.New(slog.DiscardHandler))
+	d.port = port
 	withDNS, without := netip.MustParseAddr("10.50.0.2"), netip.MustParseAddr("10.50.0.3")
 	d.add("c1", []endpointRecord{{NetworkID: "n", Addr: withDNS, DNSNames: []string{"one"}}})
 	d.setUpstreams("c1", []string{"127.0.0.1"})
