@@ -427,12 +427,48 @@ func (w *world) tearDown() error {
 }
 
 // removeAll removes dir; dockerd may leave read-only or mounted-over
-// subtrees, so a failure names the path rather than hiding it.
+// subtrees, so a failure names the path rather than hiding it. What is
+// still mounted under dir (dockerd's bind of its netns under its exec
+// root, when it did not get to unmount it) is detached first, or the
+// removal stops at it and the directory is left behind.
 func removeAll(dir string) error {
+	if err := unmountUnder(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil
+}
+
+// unmountUnder detaches the mounts below dir, deepest first.
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	prefix := filepath.Clean(dir) + "/"
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// The fifth field is the mount point, with spaces and the like
+		// octal-escaped; a temp dir's paths have none.
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 && strings.HasPrefix(fields[4], prefix) {
+			points = append(points, fields[4])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	var errs []error
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // tail returns the last n lines of the file at path.
