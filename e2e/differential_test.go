@@ -605,7 +605,9 @@ func scenarios() []scenario {
 		{name: "wait removed", args: a("wait", "diff-nope")},
 		{name: "events bad filter", args: a("events", "--filter", "bogus=1", "--since", "1", "--until", "2")},
 		{name: "events filter range", args: a("events", "--filter", "type=container", "--filter", "event=start", "--since", "1", "--until", "2")},
-		{name: "diff running", args: a("diff", diffBox)},
+		// One change: dockerd 20.10 lists a directory's in readdir order.
+		{name: "diff running", args: a("diff", "diff-dr"),
+			setup: [][]string{{"run", "-d", "--name", "diff-dr", "{img}", "sleep", "100"}, {"exec", "diff-dr", "touch", "/tmp/only"}}, cleanup: [][]string{{"rm", "-f", "diff-dr"}}},
 		{name: "update memory running", args: a("inspect", "-f", "{{.HostConfig.Memory}} {{.HostConfig.MemorySwap}}", "diff-um"),
 			setup: [][]string{{"run", "-d", "--name", "diff-um", "-m", "64m", "{img}", "sleep", "100"}, {"update", "-m", "48m", "--memory-swap", "96m", "diff-um"}}, cleanup: [][]string{{"rm", "-f", "diff-um"}}},
 		{name: "update pids running", args: a("inspect", "-f", "{{.HostConfig.PidsLimit}}", "diff-up"),
