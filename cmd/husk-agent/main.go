@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/husk-vm/husk/shim/agent"
+	"github.com/husk-vm/husk/shim/agent/embeddeddns"
 	"github.com/husk-vm/husk/shim/proto"
 )
 
@@ -88,6 +89,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		Refresher:   agent.GuestRefresher{},
 		Interfaces:  agent.GuestInterfaces{},
 		Cgroups:     agent.GuestCgroups{},
+		DNSRedirect: &embeddeddns.Redirect{Cgroup: agent.GuestCgroups{}.Root},
 	})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,6 +97,17 @@ type Options struct {
 	// OpSetup (see GuestCgroups); nil refuses a pids limit (tests run the
 	// agent on a host whose cgroups they must not touch).
 	Cgroups Cgroups
+	// DNSRedirect sends the guest's traffic for proto.EmbeddedDNSAddress
+	// port 53 to huskd's DNS server (SetupSpec.DNSServer); nil refuses a
+	// DNS server (tests run the agent on a host whose sockets they must
+	// not touch). cmd/husk-agent sets an embeddeddns.Redirect.
+	DNSRedirect DNSRedirect
+}
+
+// DNSRedirect sends the traffic for one address to another; a zero to
+// stops it.
+type DNSRedirect interface {
+	Set(addr, to netip.AddrPort) error
 }
 
 // Cgroups manages the container's cgroup.
@@ -724,6 +736,10 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) (<-chan e
 		_ = a.opts.Rootfs.Unmount(ctx)
 		return fail(fmt.Errorf("setup: %w", err))
 	}
+	if err := a.redirectDNS(spec.DNSServer); err != nil {
+		_ = a.opts.Rootfs.Unmount(ctx)
+		return fail(fmt.Errorf("setup: %w", err))
+	}
 	cgroupDir, err := a.createCgroup(spec.Settings.Limits())
 	if err != nil {
 		_ = a.opts.Rootfs.Unmount(ctx)
@@ -742,6 +758,29 @@ func (a *Agent) setupLocked(ctx context.Context, spec proto.SetupSpec) (<-chan e
 	}
 	a.log.Debug("container root ready", "root", root, "hostname", spec.Hostname, "took", time.Since(t0))
 	return netDone, nil
+}
+
+// redirectDNS sends what the guest sends to proto.EmbeddedDNSAddress
+// port 53 to server, or nowhere when it is "".
+func (a *Agent) redirectDNS(server string) error {
+	var to netip.AddrPort
+	if server != "" {
+		var err error
+		if to, err = netip.ParseAddrPort(server); err != nil {
+			return &agentError{proto.KindInvalid, fmt.Sprintf("DNS server %q: %v", server, err)}
+		}
+	}
+	if a.opts.DNSRedirect == nil {
+		if to.IsValid() {
+			return &agentError{proto.KindInvalid, "this agent does not redirect DNS"}
+		}
+		return nil
+	}
+	embedded := netip.AddrPortFrom(netip.MustParseAddr(proto.EmbeddedDNSAddress), 53)
+	if err := a.opts.DNSRedirect.Set(embedded, to); err != nil {
+		return fmt.Errorf("DNS server %s: %w", server, err)
+	}
+	return nil
 }
 
 // writeEtcFiles writes the files the container sees as /etc/hostname,

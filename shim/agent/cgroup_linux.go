@@ -68,9 +68,9 @@ func maxValue(v int64) string {
 	return strconv.FormatInt(v, 10)
 }
 
-// Create mounts cgroup2 (once per boot), enables the pids, memory and cpu
-// controllers the guest kernel has and makes the container's group.
-func (g GuestCgroups) Create(limits proto.LimitsSpec) (string, error) {
+// Root mounts cgroup2 (once per boot) and returns the guest's root
+// cgroup.
+func (g GuestCgroups) Root() (string, error) {
 	dir := g.dir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("cgroup: %w", err)
@@ -80,6 +80,16 @@ func (g GuestCgroups) Create(limits proto.LimitsSpec) (string, error) {
 		if err := unix.Mount("cgroup2", dir, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			return "", fmt.Errorf("mount cgroup2: %w", err)
 		}
+	}
+	return dir, nil
+}
+
+// Create mounts cgroup2 (once per boot), enables the pids, memory and cpu
+// controllers the guest kernel has and makes the container's group.
+func (g GuestCgroups) Create(limits proto.LimitsSpec) (string, error) {
+	dir, err := g.Root()
+	if err != nil {
+		return "", err
 	}
 	// A kernel built without a controller (a minimal guest kernel may
 	// lack one) still gets a group: a freeze needs none, and a limit that

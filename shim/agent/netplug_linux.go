@@ -150,6 +150,11 @@ func (a *Agent) changeInterface(ctx context.Context, op proto.Op, spec *proto.In
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	if spec.ResolvConf != "" {
+		if err := a.redirectDNS(spec.DNSServer); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
 	if op == proto.OpRemoveInterface {
 		if err := ifs.Remove(ctx, spec.Interface, spec.DefaultRoute); err != nil {
 			return fmt.Errorf("remove interface %s: %w", spec.Interface.MAC, err)

@@ -236,6 +236,11 @@ func (a *Agent) takeIdentity(ctx context.Context, r Refresher, id *proto.Identit
 		p.mu.Unlock()
 	}
 	a.mu.Unlock()
+	if id.ResolvConf != "" {
+		if err := a.redirectDNS(id.DNSServer); err != nil {
+			return fmt.Errorf("refresh: %w", err)
+		}
+	}
 	if etcDir != "" {
 		files := map[string]string{"hosts": id.Hosts, "resolv.conf": id.ResolvConf}
 		if id.Hostname != "" {

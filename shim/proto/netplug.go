@@ -26,6 +26,9 @@ type InterfaceChangeSpec struct {
 	// ResolvConf, when set, replaces the contents of /etc/resolv.conf:
 	// the container's DNS server changed with its networks.
 	ResolvConf string `json:"resolvConf,omitempty"`
+	// DNSServer comes with ResolvConf and replaces SetupSpec.DNSServer
+	// when it is set.
+	DNSServer string `json:"dnsServer,omitempty"`
 	// DefaultRoute, for OpRemoveInterface of the interface that carried
 	// the default route, moves it to another interface.
 	DefaultRoute *DefaultRoute `json:"defaultRoute,omitempty"`

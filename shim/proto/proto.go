@@ -159,6 +159,10 @@ const (
 	KindInternal ErrorKind = "internal"
 )
 
+// EmbeddedDNSAddress is the nameserver in the resolv.conf of a container
+// on a user-defined network, as under dockerd (SetupSpec.DNSServer).
+const EmbeddedDNSAddress = "127.0.0.11"
+
 // AgentInfo describes the guest, answered to OpPing.
 type AgentInfo struct {
 	Kernel string `json:"kernel"` // uname -r
@@ -179,6 +183,10 @@ type SetupSpec struct {
 	// ResolvConf is the content of the container's /etc/resolv.conf; when
 	// empty the image's own file is left in place.
 	ResolvConf string `json:"resolvConf,omitempty"`
+	// DNSServer ("ip:port") is huskd's DNS server for a container on a
+	// user-defined network: the guest sends what its processes send to
+	// EmbeddedDNSAddress port 53 there. Empty sends nothing anywhere.
+	DNSServer string `json:"dnsServer,omitempty"`
 	// Network configures the guest's interfaces (network.go).
 	Network *NetworkSpec `json:"network,omitempty"`
 	// Mounts are mounted into the container root (mounts.go).

@@ -32,6 +32,9 @@ type IdentitySpec struct {
 	// /etc/hosts and /etc/resolv.conf in place (they are bind mounts).
 	Hosts      string `json:"hosts,omitempty"`
 	ResolvConf string `json:"resolvConf,omitempty"`
+	// DNSServer comes with ResolvConf and replaces SetupSpec.DNSServer
+	// when it is set.
+	DNSServer string `json:"dnsServer,omitempty"`
 	// Network re-addresses the interfaces, found by their names (when
 	// the guest has one NIC per interface, it first renames them to
 	// these names in PCI slot order, which is the order of the restored
