@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -56,5 +59,32 @@ func TestDNSFlagOnUserNetwork(t *testing.T) {
 	r = docker(t, "run", "--rm", "--network", netName, img, "sh", "-c", "nslookup -type=a upstream.test | grep -c 10.9.9.9")
 	if strings.TrimSpace(r.Stdout) != "0" {
 		t.Errorf("without --dns: stdout %q, want 0", r.Stdout)
+	}
+}
+
+// A container on a user-defined network finds the embedded DNS server at
+// 127.0.0.11, as under dockerd, and port 53 stays its own: a DNS server in
+// the container can bind it, and names still resolve.
+func TestEmbeddedDNSLeavesPort53(t *testing.T) {
+	requireSuite(t)
+	img := pulled(t, testimages.Busybox)
+	helper := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(helper, "udpbind"), "./testdata/udpbind")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build udpbind: %v\n%s", err, b)
+	}
+	netName := namePrefix(t) + "-net"
+	mustDocker(t, "network", "create", netName)
+	t.Cleanup(func() { docker(t, "network", "rm", netName) })
+	peer := containerName(t, "-peer")
+	mustDocker(t, "run", "-d", "--name", peer, "--network", netName, img, "sleep", "1000")
+	t.Cleanup(func() { docker(t, "rm", "-f", peer) })
+
+	r := docker(t, "run", "--rm", "--network", netName, "-v", helper+":/helper:ro", img, "sh", "-c",
+		"grep ^nameserver /etc/resolv.conf; /helper/udpbind 53 & p=$!; sleep 2; nslookup -type=a "+peer+" | grep -c ^Address:; "+
+			"nslookup -type=a "+peer+" 127.0.0.11 >/dev/null && echo resolved; kill $p")
+	if want := "nameserver 127.0.0.11\nbound 0.0.0.0:53\n2\nresolved\n"; r.Stdout != want {
+		t.Errorf("stdout %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
 	}
 }

@@ -159,7 +159,7 @@ func (b *BuildVMs) Start(ctx context.Context, baseImageID string, net BuildNetwo
 			}
 		}()
 		nets = att.Nets
-		setup.Hosts, setup.ResolvConf, setup.Network = att.Hosts, att.ResolvConf, att.Guest
+		setup.Hosts, setup.ResolvConf, setup.DNSServer, setup.Network = att.Hosts, att.ResolvConf, att.DNSServer, att.Guest
 	}
 	machine, client, err := g.startVM(ctx, b.log, vmSpec{
 		id: short, dir: vmDir, memoryMiB: g.MemoryMiB, cpus: g.CPUs,

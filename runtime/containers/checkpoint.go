@@ -487,7 +487,7 @@ func (c *ctr) restore(ctx context.Context, ck *checkpoints.Checkpoint, v *verifi
 	var nets []vmm.Net
 	if att != nil {
 		nets = att.Nets
-		identity.Hosts, identity.ResolvConf, identity.Network = att.Hosts, att.ResolvConf, att.Guest
+		identity.Hosts, identity.ResolvConf, identity.DNSServer, identity.Network = att.Hosts, att.ResolvConf, att.DNSServer, att.Guest
 	}
 	g := m.guest
 	var verifyWait time.Duration

@@ -296,7 +296,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, 
 	}
 	if att != nil {
 		nets = att.Nets
-		setup.Hosts, setup.ResolvConf, setup.Network = att.Hosts, att.ResolvConf, att.Guest
+		setup.Hosts, setup.ResolvConf, setup.DNSServer, setup.Network = att.Hosts, att.ResolvConf, att.DNSServer, att.Guest
 	}
 	g := m.guest
 	spec := vmSpec{

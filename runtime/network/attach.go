@@ -61,6 +61,9 @@ type Attachment struct {
 	// /etc/resolv.conf.
 	Hosts      string
 	ResolvConf string
+	// DNSServer is proto.SetupSpec.DNSServer: huskd's DNS server, on a
+	// user-defined network's gateway, or "".
+	DNSServer string
 }
 
 // sandboxRecord is one running container's connections, as persisted:
@@ -411,7 +414,8 @@ func (m *Manager) Attach(ctx context.Context, req Request) (_ *Attachment, err e
 	case bridgeOnly || !dnsServer.IsValid():
 		att.ResolvConf = bridgeResolvConf(string(hostResolv), dns, req.DNSSearch, req.DNSOptions)
 	default:
-		att.ResolvConf = embeddedResolvConf(string(hostResolv), dnsServer, req.DNSSearch, req.DNSOptions)
+		att.ResolvConf = embeddedResolvConf(string(hostResolv), req.DNSSearch, req.DNSOptions)
+		att.DNSServer = m.dns.address(dnsServer)
 	}
 	m.log.Info("container attached", "container", short(req.ContainerID), "endpoints", len(sb.rec.Endpoints), "ports", len(sb.rec.Ports))
 	return att, nil

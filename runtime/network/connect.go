@@ -113,13 +113,14 @@ func (m *Manager) ConnectRunning(ctx context.Context, containerID, name string, 
 	rec := sb.rec
 	rec.Endpoints = append(slices.Clone(sb.rec.Endpoints), ep)
 	rec.NextIface = next + 1
-	var resolv string
+	var resolv, dnsServer string
 	if !rec.DNSServer.IsValid() && n.rec.Name != BridgeName {
 		// The first user-defined network brings the embedded DNS, and
 		// dockerd rewrites resolv.conf for it.
 		rec.DNSServer = n.rec.Gateway
+		dnsServer = m.dns.address(rec.DNSServer)
 		host, _ := os.ReadFile(m.opts.ResolvConf)
-		resolv = embeddedResolvConf(string(host), rec.DNSServer, rec.DNSSearch, rec.DNSOptions)
+		resolv = embeddedResolvConf(string(host), rec.DNSSearch, rec.DNSOptions)
 	}
 	if err := writeJSON(m.sandboxPath(containerID), rec); err != nil {
 		return nil, err
@@ -143,6 +144,7 @@ func (m *Manager) ConnectRunning(ctx context.Context, containerID, name string, 
 			Interface:  ifc,
 			HostsEntry: hostsLine(sb.rec.Hostname, sb.rec.Domainname, addr),
 			ResolvConf: resolv,
+			DNSServer:  dnsServer,
 		},
 	}, nil
 }
@@ -256,7 +258,8 @@ func (m *Manager) leavePlanLocked(containerID, name string) (leavePlan, error) {
 		host, _ := os.ReadFile(m.opts.ResolvConf)
 		p.dnsServer = firstDNSServer(m.nets, rest)
 		if p.dnsServer.IsValid() {
-			p.unplug.Change.ResolvConf = embeddedResolvConf(string(host), p.dnsServer, sb.rec.DNSSearch, sb.rec.DNSOptions)
+			p.unplug.Change.ResolvConf = embeddedResolvConf(string(host), sb.rec.DNSSearch, sb.rec.DNSOptions)
+			p.unplug.Change.DNSServer = m.dns.address(p.dnsServer)
 		} else {
 			p.unplug.Change.ResolvConf = bridgeResolvConf(string(host), sb.rec.DNS, sb.rec.DNSSearch, sb.rec.DNSOptions)
 		}

@@ -49,11 +49,12 @@ func TestConnectRunning(t *testing.T) {
 			Interface:  proto.InterfaceSpec{MAC: "02:42:0a:7c:00:03", Name: "eth1", Address: "10.124.0.3/24"},
 			HostsEntry: "10.124.0.3\taaaaaaaaaaaa",
 			// The first user network brings the embedded DNS.
-			ResolvConf: "nameserver 10.124.0.1\noptions ndots:0\n",
+			ResolvConf: "nameserver 127.0.0.11\noptions ndots:0\n",
+			DNSServer:  "10.124.0.1:53",
 		},
 	}
 	if plug.Net != want.Net || plug.Change.Interface != want.Change.Interface || plug.Change.HostsEntry != want.Change.HostsEntry ||
-		plug.Change.ResolvConf != want.Change.ResolvConf || plug.Change.DefaultRoute != nil {
+		plug.Change.ResolvConf != want.Change.ResolvConf || plug.Change.DNSServer != want.Change.DNSServer || plug.Change.DefaultRoute != nil {
 		t.Errorf("plug = %+v\nwant %+v", plug, want)
 	}
 	if br := links.links["hkaaaaaaaaaaaa1"]; br != "husk-"+a.ID[:10] {

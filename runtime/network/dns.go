@@ -56,6 +56,12 @@ func newDNSServers(m *Manager, log *slog.Logger) *dnsServers {
 		upstreams: map[string][]string{}}
 }
 
+// address is where the server of the network whose gateway is gw
+// answers, as proto.SetupSpec.DNSServer has it.
+func (d *dnsServers) address(gw netip.Addr) string {
+	return net.JoinHostPort(gw.String(), d.port)
+}
+
 // serve starts the server of one network on addr:53; a running one is
 // kept.
 func (d *dnsServers) serve(networkID string, addr netip.Addr) error {

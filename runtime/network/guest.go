@@ -1,6 +1,8 @@
 package network
 
 import (
+	"github.com/husk-vm/husk/shim/proto"
+
 	"bufio"
 	"net/netip"
 	"strings"
@@ -127,12 +129,12 @@ func bridgeResolvConf(host string, dns, search, options []string) string {
 }
 
 // embeddedResolvConf is the resolv.conf of a container on a user-defined
-// network: huskd's DNS server on the network's gateway (dockerd uses
-// 127.0.0.11 inside the container's netns; a VM has no such shortcut), the
-// host's search domains and ndots:0, as dockerd writes it.
-func embeddedResolvConf(host string, server netip.Addr, search, options []string) string {
+// network, as dockerd writes it: the embedded DNS server at 127.0.0.11
+// (which the guest sends to huskd's server, Attachment.DNSServer), the
+// host's search domains and ndots:0.
+func embeddedResolvConf(host string, search, options []string) string {
 	rc := parseResolvConf(host)
-	rc.Nameservers = []string{server.String()}
+	rc.Nameservers = []string{proto.EmbeddedDNSAddress}
 	rc.Options = []string{"ndots:0"}
 	applyDNSFlags(&rc, nil, search, options)
 	return rc.String()

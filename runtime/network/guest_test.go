@@ -62,8 +62,8 @@ func TestResolvConf(t *testing.T) {
 		want: "search a.test b.test\nnameserver 10.9.9.9\noptions edns0\n",
 	}, {
 		name: "user network",
-		got:  embeddedResolvConf(host, netip.MustParseAddr("10.124.0.1"), nil, nil),
-		want: "search corp.test\nnameserver 10.124.0.1\noptions ndots:0\n",
+		got:  embeddedResolvConf(host, nil, nil),
+		want: "search corp.test\nnameserver 127.0.0.11\noptions ndots:0\n",
 	}}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -59,8 +59,8 @@ func TestUserNetworks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if att.ResolvConf != "nameserver 10.124.0.1\noptions ndots:0\n" {
-		t.Errorf("resolv.conf on a user network = %q", att.ResolvConf)
+	if att.ResolvConf != "nameserver 127.0.0.11\noptions ndots:0\n" || att.DNSServer != "10.124.0.1:53" {
+		t.Errorf("resolv.conf on a user network = %q, DNS server %q", att.ResolvConf, att.DNSServer)
 	}
 	for _, name := range []string{"srv", "web", "aaaaaaaaaaaa"} {
 		if got, _ := m.dns.lookup(a.ID, netip.Addr{}, name); len(got) != 1 || got[0].String() != "10.124.0.2" {
