@@ -776,10 +776,12 @@ func (a *Agent) redirectDNS(server string) error {
 		}
 		return nil
 	}
+	t0 := time.Now()
 	embedded := netip.AddrPortFrom(netip.MustParseAddr(proto.EmbeddedDNSAddress), 53)
 	if err := a.opts.DNSRedirect.Set(embedded, to); err != nil {
 		return fmt.Errorf("DNS server %s: %w", server, err)
 	}
+	a.log.Debug("DNS redirected", "from", embedded, "to", to, "took", time.Since(t0))
 	return nil
 }
 
