@@ -879,3 +879,27 @@ func TestPullAllTags(t *testing.T) {
 		t.Errorf("second pull ends %q", st[len(st)-1])
 	}
 }
+
+// A single-platform image is pulled for any --platform, and a platform it
+// does not match gets dockerd's warning after the status line.
+func TestPullWarnsOnPlatformMismatch(t *testing.T) {
+	host := testRegistry(t, nil)
+	ref := host + "/test/single:v1"
+	push(t, ref, randomImage(t, 1))
+	s := newService(t, "", nil)
+	for _, tc := range []struct {
+		platform, warning string
+	}{
+		{"linux/amd64", ""},
+		{"linux/arm64", "WARNING: image with reference " + host + "/test/single was found but does not match the specified platform: wanted linux/arm64, actual: linux/amd64"},
+	} {
+		rec := &recorder{}
+		if err := s.Pull(context.Background(), ref, tc.platform, nil, rec.add); err != nil {
+			t.Fatalf("pull --platform %s: %v", tc.platform, err)
+		}
+		last := rec.msgs[len(rec.msgs)-1].Status
+		if tc.warning == "" && strings.HasPrefix(last, "WARNING") || tc.warning != "" && last != tc.warning {
+			t.Errorf("pull --platform %s ends with %q, want %q", tc.platform, last, tc.warning)
+		}
+	}
+}

@@ -49,10 +49,11 @@ func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry
 	}
 	out := &progressOut{fn: progress}
 	var changed bool
+	var got v1.Platform
 	if reference.IsNameOnly(named) {
 		changed, err = s.pullAllTags(ctx, named, want, auth, out)
 	} else {
-		changed, err = s.pullTag(ctx, named, want, auth, out)
+		changed, got, err = s.pullTag(ctx, named, want, auth, out)
 	}
 	if err != nil {
 		return err
@@ -62,7 +63,26 @@ func (s *Service) Pull(ctx context.Context, ref, platform string, auth *registry
 	} else {
 		out.status("", "Status: Image is up to date for "+reference.Familiar(named))
 	}
+	// A single-platform image is pulled whatever its platform, as dockerd
+	// pulls it, and dockerd then warns that it does not match.
+	if platform != "" && got.OS != "" && !platformMatches(got, *want) {
+		out.status("", fmt.Sprintf("WARNING: image with reference %s was found but does not match the specified platform: wanted %s, actual: %s",
+			reference.FamiliarName(named), formatPlatform(*want), formatPlatform(got)))
+	}
 	return nil
+}
+
+func platformMatches(p, want v1.Platform) bool {
+	return p.OS == want.OS && p.Architecture == want.Architecture && (want.Variant == "" || p.Variant == want.Variant)
+}
+
+// formatPlatform is containerd's platforms.Format: os/arch[/variant].
+func formatPlatform(p v1.Platform) string {
+	s := p.OS + "/" + p.Architecture
+	if p.Variant != "" {
+		s += "/" + p.Variant
+	}
+	return s
 }
 
 // pullAllTags pulls each tag the registry lists for named's repository, in
@@ -83,7 +103,7 @@ func (s *Service) pullAllTags(ctx context.Context, named reference.Named, want *
 		if err != nil {
 			return false, err
 		}
-		c, err := s.pullTag(ctx, tagged, want, auth, out)
+		c, _, err := s.pullTag(ctx, tagged, want, auth, out)
 		if err != nil {
 			return false, err
 		}
@@ -93,22 +113,22 @@ func (s *Service) pullAllTags(ctx context.Context, named reference.Named, want *
 }
 
 // pullTag fetches one tag or digest and points its references at the
-// image, reporting whether they moved.
-func (s *Service) pullTag(ctx context.Context, named reference.Named, want *v1.Platform, auth *registry.AuthConfig, out *progressOut) (bool, error) {
+// image, reporting whether they moved and the image's platform.
+func (s *Service) pullTag(ctx context.Context, named reference.Named, want *v1.Platform, auth *registry.AuthConfig, out *progressOut) (changed bool, got v1.Platform, err error) {
 	domain := reference.Domain(named)
 	rref, err := reference.Remote(named, s.insecure(domain))
 	if err != nil {
-		return false, err
+		return false, got, err
 	}
 	opts := append(s.remoteOptions(ctx, auth), remote.WithPlatform(*want))
 	desc, err := remote.Get(rref, opts...)
 	if err != nil {
 		if ctx.Err() == nil {
 			if aerr, ok := registryAuthError(err, auth, manifestURL(rref)); ok {
-				return false, aerr
+				return false, got, aerr
 			}
 		}
-		return false, translatePullError(ctx, pingError(err, s.insecure(domain)), named)
+		return false, got, translatePullError(ctx, pingError(err, s.insecure(domain)), named)
 	}
 
 	tagOrDigest := reference.Tag(named)
@@ -119,14 +139,18 @@ func (s *Service) pullTag(ctx context.Context, named reference.Named, want *v1.P
 
 	img, err := pickImage(desc, want)
 	if err != nil {
-		return false, err
+		return false, got, err
 	}
 	id, err := s.fetchImage(ctx, img, out)
 	if err != nil {
-		return false, err
+		return false, got, err
 	}
 	out.status("", "Digest: "+desc.Digest.String())
-	return s.setPulledRefs(named, desc.Digest.String(), id)
+	if cf, err := img.ConfigFile(); err == nil && cf.Platform() != nil {
+		got = *cf.Platform()
+	}
+	changed, err = s.setPulledRefs(named, desc.Digest.String(), id)
+	return changed, got, err
 }
 
 // pickImage resolves an index to the manifest for want, as dockerd does

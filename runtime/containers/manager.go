@@ -308,9 +308,6 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	if req.Config == nil {
 		return resp, errdefs.ErrInvalidArgument.WithMessage("config cannot be empty in order to create a container")
 	}
-	if req.Platform != "" && req.Platform != "linux" && req.Platform != "linux/amd64" {
-		return resp, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("image with reference %s was found but does not match the specified platform: wanted %s, actual: linux/amd64", req.Config.Image, req.Platform))
-	}
 	hc := req.HostConfig
 	if hc == nil {
 		hc = &container.HostConfig{}
@@ -376,6 +373,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (resp container
 	img, err := m.images.Resolve(ctx, req.Config.Image)
 	if err != nil {
 		return resp, err
+	}
+	// Not found, as dockerd answers: the CLI then pulls for the platform
+	// before it gives up.
+	if req.Platform != "" && req.Platform != "linux" && req.Platform != "linux/amd64" {
+		return resp, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("image with reference %s was found but does not match the specified platform: wanted %s, actual: linux/amd64", req.Config.Image, req.Platform))
 	}
 	cfg := mergeImageConfig(req.Config, img.Config)
 	if len(cfg.Entrypoint) == 0 && len(cfg.Cmd) == 0 {
