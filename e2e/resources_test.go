@@ -291,6 +291,35 @@ func TestDefaultUlimits(t *testing.T) {
 	}
 }
 
+// TestCgroupMount: a container sees its cgroup at /sys/fs/cgroup,
+// read-only, as on a cgroup v2 host: the path /proc/self/cgroup names
+// leads to the limits (what the JVM and Go's GOMAXPROCS read).
+func TestCgroupMount(t *testing.T) {
+	if requireSuite(t).Kind != "huskd" {
+		t.Skip("the reference dockerd runs on cgroup v1")
+	}
+	img := pulled(t, testimages.Busybox)
+	script := `g=/sys/fs/cgroup$(cut -d: -f3 /proc/self/cgroup); grep -c ' /sys/fs/cgroup cgroup2 ro,' /proc/mounts; ` +
+		`cat $g/memory.max $g/cpu.max 2>&1; test -f /sys/fs/cgroup/cgroup.controllers && echo controllers; ` +
+		`mkdir /sys/fs/cgroup/x 2>/dev/null || echo read-only`
+	if got := mustDocker(t, "run", "--rm", "--memory", "64m", "--cpus", "0.5", img, "sh", "-c", script); got != "1\n67108864\n50000 100000\ncontrollers\nread-only\n" {
+		t.Errorf("with limits: %q", got)
+	}
+	// A limit that leaves the VM's shape alone starts from the image's
+	// template, whose container init mounted cgroup2 before the agent
+	// did: the agent's mount must still be writable.
+	waitTemplate(t)
+	waitImageTemplate(t, img, 0)
+	if got := mustDocker(t, "run", "--rm", "--pids-limit", "50", img, "cat", "/sys/fs/cgroup/container/pids.max"); got != "50\n" {
+		t.Errorf("--pids-limit 50: pids.max %q", got)
+	}
+	// Without a limit the container has no group of its own: it sees the
+	// guest's root, where there is no memory.max.
+	if got := mustDocker(t, "run", "--rm", img, "sh", "-c", "cat /proc/self/cgroup; test -f /sys/fs/cgroup/cgroup.controllers && echo controllers"); got != "0::/\ncontrollers\n" {
+		t.Errorf("without limits: %q", got)
+	}
+}
+
 // TestCPUQuota: --cpus below the VM's vCPUs holds a busy container to its
 // share, as runc's cgroup does; the stats' throttling data count the
 // periods its quota ran out in. A docker update gives a running

@@ -343,7 +343,14 @@ func cinitNamespace(cfg initConfig) *cinitProgram {
 	for _, m := range rootMounts(cfg) {
 		target := filepath.Join(cfg.Root, m.Target)
 		p.op(cinitMkdirAll, pathErr("create mount point %s", "mkdir", target, target), cstr(target), cnum(0o755))
-		p.op(cinitMount, wrap("mount %s on %s", m.FSType, target), cstr(m.Source), cstr(target), cstr(m.FSType), cnum(m.Flags), cstr(m.Data))
+		// A read-only mount is made read-write, then made read-only on its
+		// own: sysfs and cgroup2 share one superblock across the guest's
+		// mounts, and a read-only first mount would make it read-only for
+		// all, the agent's among them (GuestCgroups).
+		p.op(cinitMount, wrap("mount %s on %s", m.FSType, target), cstr(m.Source), cstr(target), cstr(m.FSType), cnum(m.Flags&^unix.MS_RDONLY), cstr(m.Data))
+		if m.Flags&unix.MS_RDONLY != 0 {
+			p.op(cinitMount, wrap("remount %s read-only", target), cstr(""), cstr(target), cstr(""), cnum(m.Flags|unix.MS_REMOUNT|unix.MS_BIND), cstr(""))
+		}
 	}
 	dev := filepath.Join(cfg.Root, "dev")
 	for _, n := range devNodes() {

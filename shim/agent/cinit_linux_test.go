@@ -74,7 +74,7 @@ func TestMainProcessStart(t *testing.T) {
 		{name: "namespaces, mounts and /etc", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
 			"echo $$; hostname; cat /etc/hostname; ls /dev | tr '\\n' ' '; echo; grep -c localhost /etc/hosts; cut -d' ' -f2 /proc/mounts | grep -v '^/$' | tr '\\n' ' '"}},
 			stdout: "1\nhusky\nhusky\ncore fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero \n2\n" +
-				"/proc /dev /dev/pts /sys /dev/mqueue /dev/shm /etc/hostname /etc/hosts "},
+				"/proc /dev /dev/pts /sys /sys/fs/cgroup /dev/mqueue /dev/shm /etc/hostname /etc/hosts "},
 		{name: "relative directory in PATH", spec: proto.ProcessSpec{Args: []string{"pwd"}, Env: []string{"PATH=bin"}, Cwd: "/"},
 			stdout: "/\n"},
 		{name: "limits", spec: proto.ProcessSpec{Args: []string{"sh", "-c", "ulimit -n; ulimit -Hn"}, Rlimits: []proto.Rlimit{{Type: "nofile", Soft: 100, Hard: 200}}},
@@ -287,7 +287,7 @@ func TestZygote(t *testing.T) {
 	view := startCase{name: "namespaces, mounts and /etc", spec: proto.ProcessSpec{Args: []string{"sh", "-c",
 		"echo $$; hostname; cat /etc/hostname; ls /dev | tr '\\n' ' '; echo; cut -d' ' -f2 /proc/mounts | grep -v '^/$' | tr '\\n' ' '; df -k /dev/shm | tail -1 | tr -s ' ' | cut -d' ' -f2"}},
 		stdout: "1\nhusky\nhusky\ncore fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero \n" +
-			"/proc /dev /dev/pts /sys /dev/mqueue /dev/shm /etc/hostname /etc/hosts 65536\n"}
+			"/proc /dev /dev/pts /sys /sys/fs/cgroup /dev/mqueue /dev/shm /etc/hostname /etc/hosts 65536\n"}
 	refused := startCase{name: "command not in PATH", spec: proto.ProcessSpec{Args: []string{"nope"}},
 		kind: proto.KindNotFound, msg: `exec: "nope": executable file not found in $PATH`}
 	t.Cleanup(func() { threadsShareRoot(t) })

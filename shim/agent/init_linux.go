@@ -184,6 +184,14 @@ func rootMounts(cfg initConfig) []rootMount {
 		{"dev", "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
 		{"dev/pts", "devpts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"},
 		{"sys", "sysfs", "sysfs", nsde | unix.MS_RDONLY, ""},
+		// The guest's cgroup2 hierarchy, read-only, where a container on a
+		// cgroup v2 host finds its own: the container's group, when it
+		// has one (GuestCgroups), is /sys/fs/cgroup/container, as
+		// /proc/self/cgroup says, so a runtime that sizes itself by
+		// memory.max or cpu.max (the JVM, Go's GOMAXPROCS) finds them. No
+		// cgroup namespace: the group may be made after the container
+		// starts (docker update, pause).
+		{"sys/fs/cgroup", "cgroup2", "cgroup", nsde | unix.MS_RDONLY, ""},
 		{"dev/mqueue", "mqueue", "mqueue", nsde, ""},
 		{"dev/shm", "tmpfs", "shm", nsde, shmData(cfg.ShmSize)},
 	}
