@@ -320,6 +320,29 @@ func TestCgroupMount(t *testing.T) {
 	}
 }
 
+// TestPrivileged: --privileged gives the container /sys and its cgroup
+// read-write and the guest's devices in /dev, as runc gives a
+// privileged container the host's; without it, neither.
+func TestPrivileged(t *testing.T) {
+	if requireSuite(t).Kind != "huskd" {
+		t.Skip("the reference dockerd cannot run privileged containers (its runc is refused the capabilities)")
+	}
+	img := pulled(t, testimages.Busybox)
+	// From the image's template, whose container init made /sys
+	// read-only before it knew the container.
+	waitTemplate(t)
+	waitImageTemplate(t, img, 0)
+	script := `grep -E ' /sys(/fs/cgroup)? ' /proc/mounts | cut -d' ' -f2,4 | cut -d, -f1; ` +
+		`test -c /dev/kmsg && echo kmsg; ls /dev | grep -q -E '^(sd|vd)[a-z]$' && test -b /dev/$(ls /dev | grep -E '^(sd|vd)[a-z]$' | head -1) && echo disk; ` +
+		`mkdir /sys/fs/cgroup/sub 2>/dev/null && rmdir /sys/fs/cgroup/sub && echo cgroup-writable; true`
+	if got := mustDocker(t, "run", "--rm", "--privileged", img, "sh", "-c", script); got != "/sys rw\n/sys/fs/cgroup rw\nkmsg\ndisk\ncgroup-writable\n" {
+		t.Errorf("--privileged: %q", got)
+	}
+	if got := mustDocker(t, "run", "--rm", img, "sh", "-c", script); got != "/sys ro\n/sys/fs/cgroup ro\n" {
+		t.Errorf("unprivileged: %q", got)
+	}
+}
+
 // TestCPUQuota: --cpus below the VM's vCPUs holds a busy container to its
 // share, as runc's cgroup does; the stats' throttling data count the
 // periods its quota ran out in. A docker update gives a running

@@ -285,6 +285,7 @@ func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
 		// client may send both), gets neither, as under dockerd.
 		MaskedPaths:   unlessPrivileged(hc, hc.MaskedPaths),
 		ReadonlyPaths: unlessPrivileged(hc, hc.ReadonlyPaths),
+		Privileged:    hc.Privileged,
 	}
 }
 

@@ -93,6 +93,9 @@ type Options struct {
 	// Proc is where the guest kernel's devices and misc files are read
 	// (checkGuestDevices); default /proc.
 	Proc string
+	// Dev is where a privileged container's devices are found; default
+	// /dev.
+	Dev string
 	// Cgroups gives the container's processes a cgroup of their own on
 	// OpSetup (see GuestCgroups); nil refuses a pids limit (tests run the
 	// agent on a host whose cgroups they must not touch).
@@ -212,6 +215,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.Proc == "" {
 		opts.Proc = "/proc"
+	}
+	if opts.Dev == "" {
+		opts.Dev = "/dev"
 	}
 	a := &Agent{
 		log:        opts.Logger,

@@ -375,6 +375,17 @@ func (p *cinitProgram) cinitContainer(cfg initConfig, binds []etcBind, fds cinit
 	if cfg.Domainname != "" {
 		p.op(cinitSetdomainname, wrap("set domainname"), cstr(cfg.Domainname))
 	}
+	if cfg.Privileged {
+		// Read-write, as runc mounts them for a privileged container;
+		// cinitNamespace, which a zygote runs before it knows the
+		// container, made them read-only.
+		for _, m := range rootMounts(cfg) {
+			if m.FSType == "sysfs" || m.FSType == "cgroup2" {
+				target := filepath.Join(cfg.Root, m.Target)
+				p.op(cinitMount, wrap("remount %s read-write", target), cstr(""), cstr(target), cstr(""), cnum(m.Flags&^unix.MS_RDONLY|unix.MS_REMOUNT|unix.MS_BIND), cstr(""))
+			}
+		}
+	}
 	dev := filepath.Join(cfg.Root, "dev")
 	for _, d := range cfg.Devices {
 		path, err := deviceNodePath(dev, d)
@@ -383,7 +394,11 @@ func (p *cinitProgram) cinitContainer(cfg initConfig, binds []etcBind, fds cinit
 		}
 		p.op(cinitMkdirAll, pathErr("create device %s", "mkdir", filepath.Dir(path), d.Path), cstr(filepath.Dir(path)), cnum(0o755))
 		p.op(cinitRemove, pathErr("create device %s", "remove", path, d.Path), cstr(path))
-		p.op(cinitMknod, wrap("create device %s", d.Path), cstr(path), cnum(unix.S_IFCHR|d.Mode&0o7777), cnum(unix.Mkdev(d.Major, d.Minor)))
+		kind := uint32(unix.S_IFCHR)
+		if d.Block {
+			kind = unix.S_IFBLK
+		}
+		p.op(cinitMknod, wrap("create device %s", d.Path), cstr(path), cnum(uintptr(kind|d.Mode&0o7777)), cnum(unix.Mkdev(d.Major, d.Minor)))
 		p.op(cinitLchown, pathErr("create device %s", "lchown", path, d.Path), cstr(path), cnum(d.UID), cnum(d.GID))
 	}
 	for _, b := range binds {

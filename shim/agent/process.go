@@ -190,6 +190,9 @@ type initConfig struct {
 	ReadOnly   bool
 	InitBinary string
 	Devices    []proto.Device
+	// Privileged is proto.ContainerSettings': /sys and /sys/fs/cgroup
+	// read-write (Devices holds the guest's devices then).
+	Privileged bool
 	// MaskedPaths and ReadonlyPaths are proto.ContainerSettings'.
 	MaskedPaths, ReadonlyPaths []string
 	// Exe, when set, is run instead of the program Process.Args[0] names
@@ -232,6 +235,13 @@ func (a *Agent) start(id string, spec proto.ProcessSpec) (*process, error) {
 		cfg.ShmSize, cfg.ReadOnly, cfg.Devices = settings.ShmSize, settings.ReadOnly, settings.Devices
 		cfg.Domainname, cfg.OomScoreAdj = settings.Domainname, settings.OomScoreAdj
 		cfg.MaskedPaths, cfg.ReadonlyPaths = settings.MaskedPaths, settings.ReadonlyPaths
+		if settings.Privileged && spec.ExecOf == "" {
+			devs, err := privilegedDevices(a.opts.Dev, settings.Devices)
+			if err != nil {
+				return nil, &agentError{proto.KindInternal, fmt.Sprintf("start %s: %v", id, err)}
+			}
+			cfg.Devices, cfg.Privileged = devs, true
+		}
 		if settings.Init {
 			cfg.InitBinary = a.opts.InitExe
 		}

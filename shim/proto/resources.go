@@ -53,6 +53,11 @@ type ContainerSettings struct {
 	// absolute, in the container's root, as in runc's spec.
 	MaskedPaths   []string `json:"maskedPaths,omitempty"`
 	ReadonlyPaths []string `json:"readonlyPaths,omitempty"`
+	// Privileged (--privileged) mounts /sys and /sys/fs/cgroup read-write
+	// and gives the container's /dev a node for every device of the
+	// guest, as runc gives a privileged container the host's. Devices
+	// still wins for a path both name.
+	Privileged bool `json:"privileged,omitempty"`
 }
 
 // OpLimits changes the limits of a running container (docker update):
@@ -86,9 +91,11 @@ func (l LimitsSpec) None() bool {
 	return l.PidsLimit <= 0 && l.MemoryLimit <= 0 && l.CPUQuota <= 0
 }
 
-// Device is one character device node: where it goes in the container,
-// its numbers, and the permission bits and owner of the host's node.
+// Device is one device node: where it goes in the container, its
+// numbers, and the permission bits and owner of the host's node. It is a
+// character device unless Block says otherwise.
 type Device struct {
+	Block bool   `json:"block,omitempty"`
 	Path  string `json:"path"`
 	Major uint32 `json:"major"`
 	Minor uint32 `json:"minor"`
