@@ -1,11 +1,11 @@
 package network
 
 import (
-	"github.com/husk-vm/husk/shim/proto"
-
 	"bufio"
 	"net/netip"
 	"strings"
+
+	"github.com/husk-vm/husk/shim/proto"
 )
 
 // defaultHosts is the start of every container's /etc/hosts, as dockerd
