@@ -40,12 +40,7 @@ func TestDNSFlagOnUserNetwork(t *testing.T) {
 	go func() { _ = upstream.ActivateAndServe() }()
 	t.Cleanup(func() { _ = upstream.Shutdown() })
 
-	netName := namePrefix(t) + "-net"
-	mustDocker(t, "network", "create", netName)
-	t.Cleanup(func() { docker(t, "network", "rm", netName) })
-	peer := containerName(t, "-peer")
-	mustDocker(t, "run", "-d", "--name", peer, "--network", netName, img, "sleep", "1000")
-	t.Cleanup(func() { docker(t, "rm", "-f", peer) })
+	netName, peer := networkWithPeer(t, img)
 
 	r := docker(t, "run", "--rm", "--network", netName, "--dns", "127.0.0.77", img, "sh", "-c",
 		"grep -c 127.0.0.77 /etc/resolv.conf; nslookup -type=a upstream.test | grep -c 10.9.9.9; nslookup -type=a "+peer+" | grep -c Address:")
@@ -74,12 +69,7 @@ func TestEmbeddedDNSLeavesPort53(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build udpbind: %v\n%s", err, b)
 	}
-	netName := namePrefix(t) + "-net"
-	mustDocker(t, "network", "create", netName)
-	t.Cleanup(func() { docker(t, "network", "rm", netName) })
-	peer := containerName(t, "-peer")
-	mustDocker(t, "run", "-d", "--name", peer, "--network", netName, img, "sleep", "1000")
-	t.Cleanup(func() { docker(t, "rm", "-f", peer) })
+	netName, peer := networkWithPeer(t, img)
 
 	r := docker(t, "run", "--rm", "--network", netName, "-v", helper+":/helper:ro", img, "sh", "-c",
 		"grep ^nameserver /etc/resolv.conf; /helper/udpbind 53 & p=$!; sleep 2; nslookup -type=a "+peer+" | grep -c ^Address:; "+
@@ -87,4 +77,17 @@ func TestEmbeddedDNSLeavesPort53(t *testing.T) {
 	if want := "nameserver 127.0.0.11\nbound 0.0.0.0:53\n2\nresolved\n"; r.Stdout != want {
 		t.Errorf("stdout %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
 	}
+}
+
+// networkWithPeer makes a user-defined network with a container of img
+// running on it, both removed when the test ends.
+func networkWithPeer(t *testing.T, img string) (network, peer string) {
+	t.Helper()
+	network = namePrefix(t) + "-net"
+	mustDocker(t, "network", "create", network)
+	t.Cleanup(func() { docker(t, "network", "rm", network) })
+	peer = containerName(t, "-peer")
+	mustDocker(t, "run", "-d", "--name", peer, "--network", network, img, "sleep", "1000")
+	t.Cleanup(func() { docker(t, "rm", "-f", peer) })
+	return network, peer
 }
