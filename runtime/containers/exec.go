@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strconv"
 	"sync"
 	"time"
@@ -202,6 +203,13 @@ func (m *Manager) ExecStart(ctx context.Context, id string, opts ExecStartOption
 		return errdefs.ErrConflict.WithMessage(fmt.Sprintf("Container %s is not running", c.rec.ID))
 	}
 	spec := e.processSpec(&cfg, &hc)
+	if spec.Cwd != "" && !path.IsAbs(spec.Cwd) {
+		e.finish(126)
+		close(e.launched)
+		close(e.done)
+		// runc checks the process before it starts anything, in these words.
+		return errors.New("OCI runtime exec failed: exec failed: Cwd must be an absolute path: unknown")
+	}
 	// The process must outlive a detached start's request.
 	proc, err := r.client.Start(context.WithoutCancel(ctx), e.id, spec)
 	if err != nil {
