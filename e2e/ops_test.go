@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -75,6 +76,18 @@ func TestPauseTopRenameRestart(t *testing.T) {
 		if !found {
 			t.Errorf("top %q: no row with sleep in column %d: %q", tt.args, tt.sleepAt, r.Stdout)
 		}
+	}
+	// RSS is the process's resident set; busybox's sleep has a few hundred
+	// KiB of it. (The guest kernel's own per-process count of a process
+	// that mostly sleeps reads a few KiB.)
+	rssRow := ""
+	for _, l := range strings.Split(mustDocker(t, "top", name, "-o", "pid,rss,args"), "\n") {
+		if strings.HasSuffix(l, "sleep 1000") {
+			rssRow = l
+		}
+	}
+	if f := strings.Fields(rssRow); len(f) < 2 || atoiOr(f[1], 0) < 100 {
+		t.Errorf("top -o pid,rss,args: sleep's row %q, want an RSS of 100 KiB or more", rssRow)
 	}
 	if r, want := docker(t, "top", name, "-o", "foo"), (result{Code: 1, Stderr: "Error response from daemon: ps: error: unknown user-defined format specifier \"foo\"\n"}); r != want {
 		t.Errorf("top with an unknown column = %+v, want %+v", r, want)
@@ -242,4 +255,13 @@ func startWait(t *testing.T, name, cond string) func() string {
 		}
 		return fmt.Sprintf("%d <nil>", v.StatusCode)
 	}
+}
+
+// atoiOr is s as a number, or def when it is not one.
+func atoiOr(s string, def int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return def
+	}
+	return n
 }

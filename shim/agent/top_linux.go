@@ -83,6 +83,25 @@ func (a *Agent) top(p *process) ([]proto.ProcessInfo, error) {
 	return out, nil
 }
 
+// smapsRSS is pid's resident set in KiB, from its page tables. The
+// guest's 6.1 kernel keeps each task's RSS counts to itself until it has
+// taken 64 page faults (SPLIT_RSS_COUNTING, gone in 6.2), so stat's rss of
+// a process that mostly sleeps reads a few KiB; runc's host shows ps the
+// true figure.
+func smapsRSS(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Rss:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
 func bootTime() (time.Time, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -122,6 +141,9 @@ func readProcess(pid int, boot time.Time) (proto.ProcessInfo, error) {
 	info.PPID, info.PGID, info.SID, info.TPGID = int(num(1)), int(num(2)), int(num(3)), int(num(5))
 	info.Nice, info.Threads = int(num(16)), int(num(17))
 	info.VSZKiB, info.RSSKiB = num(20)/1024, num(21)*int64(os.Getpagesize())/1024
+	if rss, ok := smapsRSS(pid); ok {
+		info.RSSKiB = rss
+	}
 	info.TTY = ttyName(num(4))
 	info.CPUTime = time.Duration(num(11)+num(12)) * time.Second / clockTicks
 	info.StartTime = boot.Add(time.Duration(num(19)) * time.Second / clockTicks)
