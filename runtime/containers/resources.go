@@ -96,8 +96,9 @@ func validateResources(hc *container.HostConfig) error {
 // setDefaults fills in what dockerd stores for settings a create left
 // out, which inspect shows and a later docker update starts from (an
 // update of --memory alone is checked against the swap limit). The
-// cgroup namespace is "private" whatever the host's cgroup version, as
-// dockerd has it on cgroup v2: the container's cgroups are its guest's.
+// cgroup namespace is "host", as dockerd has it on a cgroup v1 host,
+// because that is what a container gets: the agent gives it no cgroup
+// namespace, as its group may be made after it starts (docker update).
 func setDefaults(hc *container.HostConfig) {
 	if hc.Memory > 0 && hc.MemorySwap == 0 {
 		hc.MemorySwap = 2 * hc.Memory
@@ -110,7 +111,7 @@ func setDefaults(hc *container.HostConfig) {
 		hc.IpcMode = container.IPCModePrivate
 	}
 	if hc.CgroupnsMode.IsEmpty() {
-		hc.CgroupnsMode = container.CgroupnsModePrivate
+		hc.CgroupnsMode = container.CgroupnsModeHost
 	}
 	if hc.OomKillDisable == nil {
 		hc.OomKillDisable = new(bool)

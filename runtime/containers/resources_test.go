@@ -97,18 +97,18 @@ func TestCreateDefaults(t *testing.T) {
 	if err := validateResources(&hc); err != nil {
 		t.Fatal(err)
 	}
-	if hc.MemorySwap != 128<<20 || hc.MemorySwappiness != nil || hc.IpcMode != "private" || hc.CgroupnsMode != "private" ||
+	if hc.MemorySwap != 128<<20 || hc.MemorySwappiness != nil || hc.IpcMode != "private" || hc.CgroupnsMode != "host" ||
 		hc.OomKillDisable == nil || *hc.OomKillDisable {
 		t.Errorf("defaults: MemorySwap %d, MemorySwappiness %v, IpcMode %q, CgroupnsMode %q, OomKillDisable %v",
 			hc.MemorySwap, hc.MemorySwappiness, hc.IpcMode, hc.CgroupnsMode, hc.OomKillDisable)
 	}
 	ten, yes := int64(10), true
-	given := container.HostConfig{IpcMode: "shareable", CgroupnsMode: "host",
+	given := container.HostConfig{IpcMode: "shareable", CgroupnsMode: "private",
 		Resources: container.Resources{Memory: 64 << 20, MemorySwap: -1, MemorySwappiness: &ten, OomKillDisable: &yes}}
 	if err := validateResources(&given); err != nil {
 		t.Fatal(err)
 	}
-	if given.MemorySwap != -1 || *given.MemorySwappiness != 10 || given.IpcMode != "shareable" || given.CgroupnsMode != "host" || !*given.OomKillDisable {
+	if given.MemorySwap != -1 || *given.MemorySwappiness != 10 || given.IpcMode != "shareable" || given.CgroupnsMode != "private" || !*given.OomKillDisable {
 		t.Errorf("given settings changed: %+v", given)
 	}
 }
