@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -70,10 +73,14 @@ func (m *Manager) ArchivePut(ctx context.Context, ref, path string, opts Archive
 		return err
 	}
 	spec := proto.ArchiveSpec{Path: path, NoOverwriteDirNonDir: opts.NoOverwriteDirNonDir}
+	c.mu.Lock()
 	if opts.CopyUIDGID {
-		c.mu.Lock()
 		spec.ChownTo = c.rec.Config.User
-		c.mu.Unlock()
+	}
+	err = extractAllowed(c.rec.HostConfig.ReadonlyRootfs, mountPoints(c.rec.Mounts), path)
+	c.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	client, release, err := c.guestAgent(ctx)
 	if err != nil {
@@ -84,6 +91,34 @@ func (m *Manager) ArchivePut(ctx context.Context, ref, path string, opts Archive
 		return archiveError(err, ref, path)
 	}
 	c.emit(events.ActionExtractToDir, nil)
+	return nil
+}
+
+// extractAllowed refuses, as dockerd does before it extracts anything, a
+// copy into a read-only mount point, or outside every mount point into a
+// read-only root. --tmpfs mounts are not mount points there, so not here.
+// dir is taken as written: dockerd resolves symbolic links in it first,
+// so a link to a writable volume on a read-only root is refused here and
+// copied into there.
+func extractAllowed(readonlyRoot bool, mounts []container.MountPoint, dir string) error {
+	dir = path.Clean("/" + dir)
+	var in *container.MountPoint
+	for i, mp := range mounts {
+		rel, err := filepath.Rel(mp.Destination, dir)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			continue
+		}
+		// The innermost one is where the files would land.
+		if in == nil || len(mp.Destination) > len(in.Destination) {
+			in = &mounts[i]
+		}
+	}
+	switch {
+	case in != nil && !in.RW:
+		return errdefs.ErrInvalidArgument.WithMessage("mounted volume is marked read-only")
+	case in == nil && readonlyRoot:
+		return errdefs.ErrInvalidArgument.WithMessage("container rootfs is marked read-only")
+	}
 	return nil
 }
 
