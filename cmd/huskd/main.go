@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/husk-vm/husk/apicompat"
 	"github.com/husk-vm/husk/apicompat/buildkitapi"
@@ -113,6 +114,12 @@ func run(parent context.Context, cfg Config) error {
 	}
 	if cfg.Debug {
 		guest.Cmdline = "husk.debug"
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		logger.Warn("host memory unknown: VMs are sized by --memory alone", "err", err)
+	} else {
+		guest.HostMemoryMiB = int(uint64(si.Totalram) * uint64(si.Unit) >> 20)
 	}
 	choice, err := accel.Choose(ctx, accel.Options{
 		Requested: accelRequest(cfg), Kernel: k.Path, Initramfs: initramfs,

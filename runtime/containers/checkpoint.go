@@ -401,7 +401,7 @@ func (m *Manager) compatible(ctx context.Context, c *ctr, man checkpoints.Manife
 	if err != nil {
 		return err
 	}
-	mem, n := memoryMiB(c.rec.HostConfig, g.MemoryMiB), cpus(c.rec.HostConfig, g.CPUs)
+	mem, n := g.memoryMiB(c.rec.HostConfig), cpus(c.rec.HostConfig, g.CPUs)
 	switch {
 	case man.VMM.Kind != g.Driver.Name() || man.VMM.Version != version:
 		return fmt.Errorf("it was made by %s %s, this daemon runs %s %s", man.VMM.Kind, man.VMM.Version, g.Driver.Name(), version)

@@ -46,7 +46,7 @@ func FuzzHostConfig(f *testing.F) {
 		} else if sig == 0 {
 			t.Fatalf("stop signal %q gave %d", req.Config.StopSignal, sig)
 		}
-		if m := memoryMiB(hc, 256); m < minGuestMiB {
+		if m := memoryMiB(hc, 256, 0); m < minGuestMiB {
 			t.Fatalf("memory %d gave %d MiB", hc.Memory, m)
 		}
 		if err := validateNanoCPUs(hc.NanoCPUs); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -182,7 +183,7 @@ func (c *ctr) start(ctx context.Context, ref string) (attempted bool, err error)
 		}
 	}
 	now := time.Now().UTC()
-	c.rec.VMMemoryMiB, c.rec.VMCPUs = memoryMiB(c.rec.HostConfig, m.guest.MemoryMiB), cpus(c.rec.HostConfig, m.guest.CPUs)
+	c.rec.VMMemoryMiB, c.rec.VMCPUs = m.guest.memoryMiB(c.rec.HostConfig), cpus(c.rec.HostConfig, m.guest.CPUs)
 	c.rec.State = container.State{
 		Status: container.StateRunning, Running: true, Pid: r.machine.PID(),
 		StartedAt: now.Format(time.RFC3339Nano), FinishedAt: zeroTime, Health: c.rec.State.Health,
@@ -301,7 +302,7 @@ func (c *ctr) bootVM(ctx context.Context, withNetwork bool, linkHosts []string, 
 	g := m.guest
 	spec := vmSpec{
 		id: c.rec.ID[:12], dir: vmDir,
-		memoryMiB: memoryMiB(c.rec.HostConfig, g.MemoryMiB), cpus: cpus(c.rec.HostConfig, g.CPUs),
+		memoryMiB: g.memoryMiB(c.rec.HostConfig), cpus: cpus(c.rec.HostConfig, g.CPUs),
 		disks: []vmm.Disk{
 			{Path: base, ReadOnly: true, Serial: baseSerial},
 			{Path: filepath.Join(c.dir, upperFile), Serial: upperSerial},
@@ -1189,13 +1190,31 @@ const minGuestMiB = 96
 func guestOverheadMiB(limitMiB int) int { return 80 + limitMiB/64 }
 
 // memoryMiB is the RAM of a container's VM: --memory and the guest's
-// overhead, or the daemon's default without a limit.
-func memoryMiB(hc *container.HostConfig, def int) int {
+// overhead, or the daemon's default without a limit. It is never more
+// than hostMiB, the host's RAM (0: not known): a limit beyond it limits
+// nothing under runc either, where QEMU could not reserve it at all
+// ("cannot set up guest memory 'pc.ram'"); the guest's cgroup keeps the
+// limit as given.
+func memoryMiB(hc *container.HostConfig, def, hostMiB int) int {
 	if hc != nil && hc.Memory > 0 {
-		limit := int((hc.Memory + 1<<20 - 1) >> 20)
-		return max(limit+guestOverheadMiB(limit), minGuestMiB)
+		// Rounded up without the overflow of adding first.
+		limit := hc.Memory >> 20
+		if hc.Memory&(1<<20-1) != 0 {
+			limit++
+		}
+		limit = min(limit, math.MaxInt32)
+		mem := max(int(limit)+guestOverheadMiB(int(limit)), minGuestMiB)
+		if hostMiB > 0 {
+			mem = min(mem, max(hostMiB, minGuestMiB))
+		}
+		return mem
 	}
 	return def
+}
+
+// memoryMiB is the RAM of a VM for a container configured as hc.
+func (g Guest) memoryMiB(hc *container.HostConfig) int {
+	return memoryMiB(hc, g.MemoryMiB, g.HostMemoryMiB)
 }
 
 func cpus(hc *container.HostConfig, def int) int {

@@ -60,6 +60,9 @@ type Guest struct {
 	Accel     string
 	MemoryMiB int
 	CPUs      int
+	// HostMemoryMiB is the host's RAM, which no VM exceeds (0: not
+	// known; no bound).
+	HostMemoryMiB int
 	// UpperSize is the apparent size of each container's writable disk.
 	UpperSize int64
 	// ReadyTimeout bounds boot to agent-ready.

@@ -181,7 +181,7 @@ func TestLiveMemoryUpdate(t *testing.T) {
 	m, c, agent, _ := silentGuest(t)
 	close(agent.release)
 	c.rec.HostConfig.Memory, c.rec.HostConfig.MemorySwap = 128<<20, 256<<20
-	c.rec.VMMemoryMiB = memoryMiB(c.rec.HostConfig, 256)
+	c.rec.VMMemoryMiB = memoryMiB(c.rec.HostConfig, 256, 0)
 	if _, err := m.Update(context.Background(), "silent", UpdateOptions{Resources: container.Resources{Memory: 64 << 20}}); err != nil {
 		t.Fatalf("update to a smaller limit: %v", err)
 	}

@@ -59,7 +59,7 @@ func (m *Manager) Update(ctx context.Context, ref string, opts UpdateOptions) (c
 	// Within the VM it started in, a running container's --memory and
 	// --cpus are its cgroup's limits, which change at once; beyond it
 	// they would need a bigger VM.
-	if c.run != nil && (hc.Memory != old.Memory && memoryMiB(&hc, m.guest.MemoryMiB) > c.vmMemoryMiB() ||
+	if c.run != nil && (hc.Memory != old.Memory && m.guest.memoryMiB(&hc) > c.vmMemoryMiB() ||
 		hc.NanoCPUs != old.NanoCPUs && cpus(&hc, m.guest.CPUs) > c.vmCPUs()) {
 		return resp, errdefs.ErrConflict.WithMessage(fmt.Sprintf("Cannot update container %s: --memory and --cpus size the container's VM, which cannot be resized while it runs; stop the container, update it and start it again", c.rec.ID))
 	}
@@ -189,7 +189,7 @@ func (c *ctr) vmMemoryMiB() int {
 	if c.rec.VMMemoryMiB > 0 {
 		return c.rec.VMMemoryMiB
 	}
-	return memoryMiB(c.rec.HostConfig, c.m.guest.MemoryMiB)
+	return c.m.guest.memoryMiB(c.rec.HostConfig)
 }
 
 // vmCPUs is, as vmMemoryMiB, the vCPUs of the VM the running container

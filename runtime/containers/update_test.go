@@ -92,18 +92,27 @@ func TestValidateUpdate(t *testing.T) {
 // A VM holds its container's --memory and the guest's own overhead.
 func TestMemoryMiB(t *testing.T) {
 	for _, tt := range []struct {
-		memory int64
-		want   int
+		memory  int64
+		hostMiB int
+		want    int
 	}{
-		{0, 256},
-		{6 << 20, minGuestMiB},
-		{32 << 20, 32 + 80},
-		{128 << 20, 128 + 80 + 2},
-		{(128 << 20) + 1, 129 + 80 + 2},
-		{1 << 30, 1024 + 80 + 16},
+		{0, 0, 256},
+		{6 << 20, 0, minGuestMiB},
+		{32 << 20, 0, 32 + 80},
+		{128 << 20, 0, 128 + 80 + 2},
+		{(128 << 20) + 1, 0, 129 + 80 + 2},
+		{1 << 30, 0, 1024 + 80 + 16},
+		// Never more than the host has.
+		{1 << 30, 24 << 10, 1024 + 80 + 16},
+		{100 << 30, 24 << 10, 24 << 10},
+		{1<<63 - 1, 24 << 10, 24 << 10},
+		{6 << 20, 64, minGuestMiB},
+		// The default is the daemon's own choice.
+		{0, 128, 256},
 	} {
-		if got := memoryMiB(&container.HostConfig{Resources: container.Resources{Memory: tt.memory}}, 256); got != tt.want {
-			t.Errorf("memoryMiB(%d) = %d, want %d", tt.memory, got, tt.want)
+		hc := &container.HostConfig{Resources: container.Resources{Memory: tt.memory}}
+		if got := memoryMiB(hc, 256, tt.hostMiB); got != tt.want {
+			t.Errorf("memoryMiB(%d, host %d MiB) = %d, want %d", tt.memory, tt.hostMiB, got, tt.want)
 		}
 	}
 }
