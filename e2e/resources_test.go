@@ -420,6 +420,14 @@ func TestCpusetCpus(t *testing.T) {
 	if got := threadCPUs(t, pid); len(got) != 1 || got[0] != "0" {
 		t.Errorf("threads of the container's process %s may run on %v, want only 0", pid, got)
 	}
+	// What the container sees of its CPUs, which sizes thread pools (Go's
+	// GOMAXPROCS, nproc), is the set too.
+	seen := func() string {
+		return strings.TrimSpace(mustDocker(t, "exec", name, "sh", "-c", "grep Cpus_allowed_list /proc/self/status; nproc"))
+	}
+	if got := seen(); got != "Cpus_allowed_list:\t0\n1" {
+		t.Errorf("in the container: %q, want CPU 0 alone", got)
+	}
 	all := fmt.Sprintf("0-%d", runtime.NumCPU()-1)
 	if runtime.NumCPU() == 1 {
 		all = "0"
@@ -427,6 +435,10 @@ func TestCpusetCpus(t *testing.T) {
 	mustDocker(t, "update", "--cpuset-cpus", all, name)
 	if got := threadCPUs(t, pid); len(got) != 1 || got[0] != all {
 		t.Errorf("after update --cpuset-cpus %s: threads may run on %v", all, got)
+	}
+	// Every CPU of the VM's, which may have fewer than the host.
+	if got := seen(); runtime.NumCPU() > 1 && !strings.HasPrefix(got, "Cpus_allowed_list:\t0-") {
+		t.Errorf("in the container after update --cpuset-cpus %s: %q, want more CPUs than 0", all, got)
 	}
 	mustDocker(t, "rm", "-f", name)
 	r := docker(t, "run", "--rm", "--cpuset-cpus", "4095", img, "true")

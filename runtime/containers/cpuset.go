@@ -13,7 +13,10 @@ import (
 
 // --cpuset-cpus pins a container's VM: every thread of its VMM (vCPUs,
 // I/O) runs on the host CPUs the set names, as runc's cgroup keeps a
-// container's processes on them. The guest still sees its own vCPUs.
+// container's processes on them. In the guest, the container's cgroup
+// keeps its processes on the vCPUs of the same numbers
+// (proto.ContainerSettings.CpusetCPUs), so that what it sees of its CPUs
+// (sched_getaffinity, nproc, /proc/self/status) is what runc shows.
 
 // hostCPUs is the set of CPUs huskd may run on: what a cpuset may name.
 func hostCPUs() (cpuset.CPUSet, error) {

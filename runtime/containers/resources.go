@@ -281,6 +281,7 @@ func containerSettings(hc *container.HostConfig) *proto.ContainerSettings {
 		MemoryLimit: limits.MemoryLimit,
 		CPUQuota:    limits.CPUQuota,
 		CPUPeriod:   limits.CPUPeriod,
+		CpusetCPUs:  limits.CpusetCPUs,
 		OomScoreAdj: hc.OomScoreAdj,
 		// A privileged container, whatever its stored lists (an API
 		// client may send both), gets neither, as under dockerd.

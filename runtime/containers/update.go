@@ -205,7 +205,7 @@ func (c *ctr) vmCPUs() int {
 // --cpus is a quota of a 100 ms period, as dockerd hands it to runc;
 // --cpu-period and --cpu-quota are taken as they are.
 func limitsOf(hc *container.HostConfig) proto.LimitsSpec {
-	l := proto.LimitsSpec{PidsLimit: pidsLimit(hc), MemoryLimit: max(hc.Memory, 0)}
+	l := proto.LimitsSpec{PidsLimit: pidsLimit(hc), MemoryLimit: max(hc.Memory, 0), CpusetCPUs: hc.CpusetCpus}
 	if hc.NanoCPUs > 0 {
 		l.CPUPeriod = 100_000
 		l.CPUQuota = hc.NanoCPUs * l.CPUPeriod / 1e9

@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/utils/cpuset"
 
 	"github.com/husk-vm/husk/shim/proto"
 )
 
 // GuestCgroups keeps the container's processes in one cgroup v2 group of
 // the guest, where --pids-limit is its pids.max, --memory its memory.max
-// and --cpus (or --cpu-quota) its cpu.max. The guest is the container's
+// and --cpus (or --cpu-quota) its cpu.max, --cpuset-cpus its
+// cpuset.cpus. The guest is the container's
 // alone, so a single group under the root does; dockerd's other cgroup
 // limits size the VM instead. The group is made only for a limit (at
 // setup, or by docker update, which adopts the processes already
@@ -45,6 +47,9 @@ func (g GuestCgroups) group() string { return filepath.Join(g.dir(), "container"
 type limitFile struct {
 	controller, file, value string
 	limited                 bool
+	// optional: a guest kernel without the controller goes without the
+	// limit rather than refusing it (the host keeps it too).
+	optional bool
 }
 
 // limitFiles are the files l is written to.
@@ -54,10 +59,28 @@ func limitFiles(l proto.LimitsSpec) []limitFile {
 		period = 100_000
 	}
 	return []limitFile{
-		{"pids", "pids.max", maxValue(l.PidsLimit), l.PidsLimit > 0},
-		{"memory", "memory.max", maxValue(l.MemoryLimit), l.MemoryLimit > 0},
-		{"cpu", "cpu.max", maxValue(l.CPUQuota) + " " + strconv.FormatInt(period, 10), l.CPUQuota > 0},
+		{"pids", "pids.max", maxValue(l.PidsLimit), l.PidsLimit > 0, false},
+		{"memory", "memory.max", maxValue(l.MemoryLimit), l.MemoryLimit > 0, false},
+		{"cpu", "cpu.max", maxValue(l.CPUQuota) + " " + strconv.FormatInt(period, 10), l.CPUQuota > 0, false},
+		// "" gives the group every CPU its parent has.
+		{"cpuset", "cpuset.cpus", l.CpusetCPUs, l.CpusetCPUs != "", true},
 	}
+}
+
+// guestCpuset is the part of want (a cpuset list) that names CPUs the
+// guest has, as the root's cpuset.cpus.effective lists them: the VM may
+// have fewer vCPUs than the host has CPUs, and the host pins the VM to
+// the whole set. "" when none is left, which limits nothing.
+func guestCpuset(want, have string) (string, error) {
+	w, err := cpuset.Parse(strings.TrimSpace(want))
+	if err != nil {
+		return "", &agentError{proto.KindInvalid, fmt.Sprintf("cpuset %q: %v", want, err)}
+	}
+	h, err := cpuset.Parse(strings.TrimSpace(have))
+	if err != nil {
+		return "", fmt.Errorf("the guest's CPUs %q: %w", have, err)
+	}
+	return w.Intersection(h).String(), nil
 }
 
 // maxValue is a cgroup limit's value: "max" for none.
@@ -126,12 +149,25 @@ func (g GuestCgroups) SetLimits(limits proto.LimitsSpec) error {
 	for _, l := range limitFiles(limits) {
 		path := filepath.Join(g.group(), l.file)
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			if !l.limited {
+			if !l.limited || l.optional {
 				continue
 			}
 			return &agentError{proto.KindInvalid, fmt.Sprintf("set %s: the guest kernel has no cgroup %s controller", l.file, l.controller)}
 		}
-		if err := os.WriteFile(path, []byte(l.value), 0); err != nil {
+		if l.controller == "cpuset" && l.limited {
+			have, err := os.ReadFile(filepath.Join(g.dir(), "cpuset.cpus.effective"))
+			if err != nil {
+				return fmt.Errorf("set %s: %w", l.file, err)
+			}
+			if l.value, err = guestCpuset(l.value, string(have)); err != nil {
+				return err
+			}
+		}
+		data := l.value
+		if data == "" {
+			data = "\n" // a write of nothing would not reach the kernel's handler
+		}
+		if err := os.WriteFile(path, []byte(data), 0); err != nil {
 			return fmt.Errorf("set %s: %w", l.file, err)
 		}
 	}

@@ -41,6 +41,12 @@ type ContainerSettings struct {
 	// share. A CPUQuota of 0 is no limit; a CPUPeriod of 0 is 100 ms.
 	CPUQuota  int64 `json:"cpuQuota,omitempty"`
 	CPUPeriod int64 `json:"cpuPeriod,omitempty"`
+	// CpusetCPUs (--cpuset-cpus, "0-1,3") is the same cgroup's
+	// cpuset.cpus: the guest CPUs of those numbers its processes may run
+	// on, as runc's cpuset keeps them on the host's (the host pins the
+	// VM to the host's). Numbers the guest has no vCPU for are left out;
+	// a guest kernel without the cpuset controller keeps no such set.
+	CpusetCPUs string `json:"cpusetCpus,omitempty"`
 	// Domainname is the container's NIS domain name (--domainname), set
 	// in its UTS namespace beside its hostname.
 	Domainname string `json:"domainname,omitempty"`
@@ -75,6 +81,8 @@ type LimitsSpec struct {
 	// CPUPeriod.
 	CPUQuota  int64 `json:"cpuQuota"`
 	CPUPeriod int64 `json:"cpuPeriod"`
+	// CpusetCPUs is the new ContainerSettings.CpusetCPUs.
+	CpusetCPUs string `json:"cpusetCpus,omitempty"`
 }
 
 // Limits are the limits s sets, as OpLimits would give them.
@@ -82,13 +90,13 @@ func (s *ContainerSettings) Limits() LimitsSpec {
 	if s == nil {
 		return LimitsSpec{}
 	}
-	return LimitsSpec{PidsLimit: s.PidsLimit, MemoryLimit: s.MemoryLimit, CPUQuota: s.CPUQuota, CPUPeriod: s.CPUPeriod}
+	return LimitsSpec{PidsLimit: s.PidsLimit, MemoryLimit: s.MemoryLimit, CPUQuota: s.CPUQuota, CPUPeriod: s.CPUPeriod, CpusetCPUs: s.CpusetCPUs}
 }
 
 // None says l limits nothing, so that the container needs no cgroup for
 // it.
 func (l LimitsSpec) None() bool {
-	return l.PidsLimit <= 0 && l.MemoryLimit <= 0 && l.CPUQuota <= 0
+	return l.PidsLimit <= 0 && l.MemoryLimit <= 0 && l.CPUQuota <= 0 && l.CpusetCPUs == ""
 }
 
 // Device is one device node: where it goes in the container, its
