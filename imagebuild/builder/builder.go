@@ -362,7 +362,8 @@ type build struct {
 	opts   BuildOptions
 	out    Output
 	ctxDir *tarIndex
-	ignore *patternmatcher.PatternMatcher
+	// ignore says whether .dockerignore leaves a context path out.
+	ignore func(path string) (bool, error)
 	shlex  *shell.Lex
 
 	step, total int
@@ -443,7 +444,11 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Error processing tar file: %v", err))
 	}
 	if bd.opts.ContextDir == "" {
-		if err := bd.loadIgnore(); err != nil {
+		dockerfile := bd.opts.Dockerfile
+		if dockerfile == "" {
+			dockerfile = "Dockerfile"
+		}
+		if err := bd.loadIgnore(dockerfile); err != nil {
 			return "", err
 		}
 	}
@@ -646,10 +651,13 @@ func parseError(err error) error {
 	return errdefs.ErrInvalidArgument.WithMessage(strings.Replace(err.Error(), "dockerfile parse error on line ", "dockerfile parse error line ", 1))
 }
 
-// loadIgnore reads .dockerignore. The docker CLI has already left ignored
-// files out of the context; applying the patterns again here makes other
-// clients (curl, SDKs) behave the same.
-func (bd *build) loadIgnore() error {
+// loadIgnore reads .dockerignore. A classic build does what dockerd's
+// does with a tar context: the client (the docker CLI, docker-py,
+// dockerode) has already left ignored files out, and the daemon leaves
+// out only .dockerignore itself and the Dockerfile, where the patterns
+// name them; a tar made by hand keeps every other file. BuildKit's
+// frontend applies the whole file.
+func (bd *build) loadIgnore(dockerfile string) error {
 	b, ok := bd.ctxDir.readFile(".dockerignore")
 	if !ok {
 		return nil
@@ -662,7 +670,19 @@ func (bd *build) loadIgnore() error {
 	if err != nil {
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("failed to parse dockerignore: %v", err))
 	}
-	bd.ignore = pm
+	if bd.opts.BuildKit {
+		bd.ignore = pm.MatchesOrParentMatches
+		return nil
+	}
+	removed := map[string]bool{}
+	for _, name := range []string{".dockerignore", dockerfile} {
+		if name, ok := cleanRel(name); ok {
+			if m, _ := pm.MatchesOrParentMatches(name); m {
+				removed[name] = true
+			}
+		}
+	}
+	bd.ignore = func(p string) (bool, error) { return removed[p], nil }
 	return nil
 }
 
@@ -671,7 +691,7 @@ func (bd *build) ignored(p string) bool {
 	if bd.ignore == nil || p == "" {
 		return false
 	}
-	m, _ := bd.ignore.MatchesOrParentMatches(p)
+	m, _ := bd.ignore(p)
 	return m
 }
 

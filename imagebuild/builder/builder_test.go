@@ -411,7 +411,8 @@ func TestMultiStageBuild(t *testing.T) {
 	}
 
 	// The build stage's image holds the RUN's deletion and the copies,
-	// with the .dockerignore'd file left out.
+	// the .dockerignore'd file among them: a classic build leaves that to
+	// the client, as dockerd's does.
 	buildID := ""
 	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, " ---> ") && !strings.Contains(line, "Running") && !strings.Contains(line, "cache") {
@@ -430,7 +431,7 @@ func TestMultiStageBuild(t *testing.T) {
 		"sub2/b.txt":       "0:0 644 B\n",
 		"sub2/c/d.txt":     "0:0 600 D\n",
 		"src/out":          "0:0 644 bye\n",
-		"sub2/ignored.txt": "",
+		"sub2/ignored.txt": "0:0 644 x\n",
 	} {
 		if files := bfiles[name]; files != want {
 			t.Errorf("build stage %s = %q, want %q", name, files, want)
@@ -508,7 +509,6 @@ func TestBuildErrors(t *testing.T) {
 	}{
 		{"unknown instruction", "FROM base\nFOO bar\n", "", "dockerfile parse error line 2: unknown instruction: FOO"},
 		{"missing source", "FROM base\nCOPY nope /x\n", "", "COPY failed: file not found in build context or excluded by .dockerignore: stat nope: file does not exist"},
-		{"ignored source", "FROM base\nCOPY secret /x\n", "", "COPY failed: file not found in build context or excluded by .dockerignore: stat secret: file does not exist"},
 		{"copy url", "FROM base\nCOPY http://127.0.0.1:1/x /x\n", "", "COPY failed: source can't be a URL for COPY"},
 		{"empty", "", "", "the Dockerfile (Dockerfile) cannot be empty"},
 		{"comments only", "# nothing\n", "", "failed to parse Dockerfile: file with no instructions"},
@@ -1204,17 +1204,46 @@ func TestRunMountsBindSecret(t *testing.T) {
 	}
 }
 
-// The context's .dockerignore is applied to a tar context, but not to a
-// directory a BuildKit session filled: the session has already applied the
-// ignore file that holds, which may be <Dockerfile>.dockerignore, and
-// BuildKit then ignores the context's own.
+// A classic build's tar context loses, as under dockerd, only
+// .dockerignore and the Dockerfile where .dockerignore names them: the
+// client left the rest out. BuildKit's frontend applies the whole file.
+func TestIgnoreFileOfATarContext(t *testing.T) {
+	files := []file{
+		{name: "Dockerfile", body: "FROM base\nCOPY . /c/\n"}, {name: "secret", body: "s"}, {name: "kept", body: "k"},
+		{name: ".dockerignore", body: "secret\n.dockerignore\nDockerfile\n"},
+	}
+	for _, tc := range []struct {
+		buildKit bool
+		want     []string
+	}{
+		{false, []string{"c/kept", "c/secret"}},
+		{true, []string{"c/kept"}},
+	} {
+		f := newFixture(t)
+		out, id, err := f.build(BuildOptions{BuildKit: tc.buildKit}, files...)
+		if err != nil {
+			t.Fatalf("BuildKit %v: %v\n%s", tc.buildKit, err, out)
+		}
+		var got []string
+		for name := range f.files(id) {
+			if strings.HasPrefix(name, "c/") && name != "c/" {
+				got = append(got, name)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("BuildKit %v: the context copied %q, want %q", tc.buildKit, got, tc.want)
+		}
+	}
+}
+
+// A directory a BuildKit session filled gets no ignore file: the session
+// has already applied the one that holds, which may be
+// <Dockerfile>.dockerignore, and BuildKit then ignores the context's own.
 func TestIgnoreFileOfADirectoryContext(t *testing.T) {
 	files := []file{{name: "kept", body: "k"}, {name: ".dockerignore", body: "kept\n"}}
 	df := "FROM base\nCOPY kept /x\n"
 	f := newFixture(t)
-	if _, _, err := f.build(BuildOptions{DockerfileContent: []byte(df)}, files...); err == nil {
-		t.Error("a tar context's .dockerignore was not applied")
-	}
 	dir := t.TempDir()
 	for _, fl := range files {
 		if err := os.WriteFile(filepath.Join(dir, fl.name), []byte(fl.body), 0o644); err != nil {
