@@ -55,6 +55,26 @@ func cpTarOwned(name string, uid int) []byte {
 	return b.Bytes()
 }
 
+// buildContext is a build context archive for `docker build -`: name,
+// body pairs, directories where a name ends in "/". The stdin's {img}
+// substitution would break its headers, so its Dockerfiles build FROM
+// diff/ctxbase, which the scenario's setup tags.
+func buildContext(files ...string) []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for i := 0; i+1 < len(files); i += 2 {
+		name, body := files[i], files[i+1]
+		h := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg, ModTime: time.Unix(1700000000, 0)}
+		if strings.HasSuffix(name, "/") {
+			h.Mode, h.Size, h.Typeflag = 0o755, 0, tar.TypeDir
+		}
+		_ = tw.WriteHeader(h)
+		_, _ = io.WriteString(tw, body)
+	}
+	_ = tw.Close()
+	return b.Bytes()
+}
+
 // scenarios is the one list the differential test runs against both
 // daemons. Every scenario is deterministic on dockerd itself.
 func scenarios() []scenario {
@@ -780,6 +800,33 @@ func scenarios() []scenario {
 			setup: [][]string{{"create", "-i", "--name", "diff-sai", "{img}", "sh", "-c", "read x; echo got $x"}}, cleanup: [][]string{{"rm", "diff-sai"}}},
 		{name: "exec workdir", args: a("exec", "-w", "/tmp", diffBox, "pwd")},
 		{name: "run sysctl net with network none", args: a("run", "--rm", "--network", "none", "--sysctl", "net.ipv4.ip_forward=1", "{img}", "cat", "/proc/sys/net/ipv4/ip_forward")},
+		{name: "build dockerignore", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nCOPY . /c/\nRUN ls -a /c\n", ".dockerignore", "secret\n", "secret", "s\n", "keep", "k\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build copy chown", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nCOPY --chown=1:2 keep /k\nRUN stat -c '%u:%g %a' /k\n", "keep", "k\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build add tar extracts", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nADD inner.tar /x/\nRUN ls -R /x\n", "inner.tar", string(cpTar())),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build copy wildcard no match", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nCOPY nomatch* /x/\n", "keep", "k\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build copy missing file", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nCOPY nofile /x\n", "keep", "k\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build user unknown", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nUSER nobodyx\nRUN true\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build workdir modes", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nWORKDIR /w/x\nRUN stat -c %a /w /w/x; pwd\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build copy directory contents", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nCOPY d /d\nRUN ls -R /d\n", "d/", "", "d/a", "a\n", "d/e/", "", "d/e/b", "b\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build arg before from", args: a("build", "-"), stdin: buildContext("Dockerfile", "ARG V=1\nFROM diff/ctxbase\nRUN echo v=$V\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build env in copy dest", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nENV D=/dst\nCOPY keep $D/\nRUN ls $D\n", "keep", "k\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build copy from stage", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase AS one\nRUN echo one > /o\nFROM diff/ctxbase\nCOPY --from=one /o /o\nRUN cat /o\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build dockerfile flag", args: a("build", "-f", "other.Dockerfile", "-"), stdin: buildContext("other.Dockerfile", "FROM diff/ctxbase\nRUN echo other\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
+		{name: "build no dockerfile in context", args: a("build", "-"), stdin: buildContext("keep", "k\n")},
+		{name: "build copy hostile path", args: a("build", "-"), stdin: buildContext("Dockerfile", "FROM diff/ctxbase\nCOPY ../../etc/passwd /p\nRUN cat /p\n"),
+			setup: [][]string{{"tag", "{img}", "diff/ctxbase"}}, cleanup: [][]string{{"rmi", "diff/ctxbase"}}},
 		{name: "plugin ls", args: a("plugin", "ls")},
 		{name: "plugin inspect unknown", args: a("plugin", "inspect", "nope")},
 		{name: "plugin rm unknown", args: a("plugin", "rm", "nope")},
