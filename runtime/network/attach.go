@@ -383,7 +383,7 @@ func (m *Manager) Attach(ctx context.Context, req Request) (_ *Attachment, err e
 		att.Nets = append(att.Nets, vmm.Net{Tap: ep.Tap, MAC: ep.MAC})
 		ifc := proto.InterfaceSpec{
 			MAC: ep.MAC, Name: ep.Iface,
-			Address: netip.PrefixFrom(ep.Addr, n.rec.Subnet.Bits()).String(),
+			Address: netip.PrefixFrom(ep.Addr, n.rec.Subnet.Bits()).String(), MTU: n.mtu(),
 		}
 		if ep.Gateway {
 			ifc.Gateway = n.rec.Gateway.String()

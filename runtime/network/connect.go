@@ -133,7 +133,7 @@ func (m *Manager) ConnectRunning(ctx context.Context, containerID, name string, 
 	}
 	sb.rec = rec
 	m.dns.add(containerID, []endpointRecord{ep})
-	ifc := proto.InterfaceSpec{MAC: mac, Name: ep.Iface, Address: netip.PrefixFrom(addr, n.rec.Subnet.Bits()).String()}
+	ifc := proto.InterfaceSpec{MAC: mac, Name: ep.Iface, Address: netip.PrefixFrom(addr, n.rec.Subnet.Bits()).String(), MTU: n.mtu()}
 	if ep.Gateway {
 		ifc.Gateway = n.rec.Gateway.String()
 	}

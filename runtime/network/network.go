@@ -45,6 +45,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -149,6 +150,20 @@ type netState struct {
 	pool *pool // nil for the null driver
 }
 
+// mtuOption is the bridge driver's option for its interfaces' MTU.
+const mtuOption = "com.docker.network.driver.mtu"
+
+// mtu is the MTU the network's option gives its containers' interfaces,
+// as dockerd's bridge driver gives its veths; 0 (the device's own) when
+// it gives none that is usable.
+func (n *netState) mtu() int {
+	v, err := strconv.Atoi(n.rec.Options[mtuOption])
+	if err != nil || v < 68 || v > 65535 {
+		return 0
+	}
+	return v
+}
+
 // Manager owns networks and the containers' connections to them.
 type Manager struct {
 	opts  Options
@@ -235,7 +250,7 @@ func (m *Manager) loadNetworks() error {
 				"com.docker.network.bridge.enable_ip_masquerade": "true",
 				"com.docker.network.bridge.host_binding_ipv4":    "0.0.0.0",
 				"com.docker.network.bridge.name":                 defaultBridgeDevice,
-				"com.docker.network.driver.mtu":                  "1500",
+				mtuOption:                                        "1500",
 			}},
 		{Name: NoneName, Driver: driverNull, Options: map[string]string{}},
 	}
