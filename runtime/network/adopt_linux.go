@@ -33,6 +33,11 @@ func (n netlinkLinks) adoptTap(spare, name, bridge string) (err error) {
 	if err := netlink.LinkSetName(sp, name); err != nil {
 		return fmt.Errorf("rename tap %s to %s: %w", spare, name, err)
 	}
+	if mtu := br.Attrs().MTU; mtu > 0 && sp.Attrs().MTU != mtu {
+		if err := netlink.LinkSetMTU(sp, mtu); err != nil {
+			return fmt.Errorf("set MTU of tap %s: %w", name, err)
+		}
+	}
 	if err := netlink.LinkSetMasterByIndex(sp, br.Attrs().Index); err != nil {
 		return fmt.Errorf("put tap %s on bridge %s: %w", name, bridge, err)
 	}

@@ -18,7 +18,7 @@ func TestAdoptTapNetlink(t *testing.T) {
 	gw := netip.MustParsePrefix("10.124.4.1/24")
 	err := ns.do(t, func() error {
 		var l netlinkLinks
-		if err := l.ensureBridge("husk-test", gw); err != nil {
+		if err := l.ensureBridge("husk-test", gw, 0); err != nil {
 			return err
 		}
 		if err := l.addTap("hktest0", "husk-test"); err != nil {

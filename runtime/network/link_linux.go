@@ -16,7 +16,7 @@ import (
 type links interface {
 	// ensureBridge creates (or keeps) a bridge with gw as its address and
 	// brings it up.
-	ensureBridge(name string, gw netip.Prefix) error
+	ensureBridge(name string, gw netip.Prefix, mtu int) error
 	deleteLink(name string) error
 	// addTap creates a persistent TAP enslaved to bridge and up.
 	addTap(name, bridge string) error
@@ -32,7 +32,7 @@ type links interface {
 // netlinkLinks is links over rtnetlink in the daemon's network namespace.
 type netlinkLinks struct{}
 
-func (netlinkLinks) ensureBridge(name string, gw netip.Prefix) error {
+func (netlinkLinks) ensureBridge(name string, gw netip.Prefix, mtu int) error {
 	l, err := netlink.LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	switch {
@@ -58,6 +58,13 @@ func (netlinkLinks) ensureBridge(name string, gw netip.Prefix) error {
 	if mac := macFor(gw.Addr()); l.Attrs().HardwareAddr.String() != mac.String() {
 		if err := netlink.LinkSetHardwareAddr(l, mac); err != nil {
 			return fmt.Errorf("set MAC of bridge %s: %w", name, err)
+		}
+	}
+	// Its TAPs take its MTU (addTap), as dockerd's veths take the
+	// network's; 0 leaves the bridge's own.
+	if mtu > 0 && l.Attrs().MTU != mtu {
+		if err := netlink.LinkSetMTU(l, mtu); err != nil {
+			return fmt.Errorf("set MTU of bridge %s: %w", name, err)
 		}
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: gw.Addr().AsSlice(), Mask: net.CIDRMask(gw.Bits(), 32)}}
@@ -101,6 +108,13 @@ func (n netlinkLinks) addTap(name, bridge string) error {
 	tap := vmTap(name, br.Attrs().Index)
 	if err := netlink.LinkAdd(tap); err != nil {
 		return fmt.Errorf("create tap %s on %s: %w", name, bridge, err)
+	}
+	// Set after, as a TUNTAP is made by ioctl, which takes no MTU.
+	if mtu := br.Attrs().MTU; mtu > 0 && mtu != 1500 {
+		if err := netlink.LinkSetMTU(tap, mtu); err != nil {
+			_ = n.deleteLink(name)
+			return fmt.Errorf("set MTU of tap %s: %w", name, err)
+		}
 	}
 	if err := netlink.LinkSetUp(tap); err != nil {
 		_ = n.deleteLink(name)

@@ -17,7 +17,7 @@ func TestBridgeMACIsFixed(t *testing.T) {
 	var macs []string
 	err := ns.do(t, func() error {
 		var l netlinkLinks
-		if err := l.ensureBridge("husk-test", gw); err != nil {
+		if err := l.ensureBridge("husk-test", gw, 0); err != nil {
 			return err
 		}
 		for range 2 {
@@ -33,7 +33,7 @@ func TestBridgeMACIsFixed(t *testing.T) {
 				return err
 			}
 		}
-		return l.ensureBridge("husk-test", gw)
+		return l.ensureBridge("husk-test", gw, 0)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -42,5 +42,34 @@ func TestBridgeMACIsFixed(t *testing.T) {
 		if mac != want {
 			t.Errorf("bridge MAC with TAP #%d: %s, want %s", i+1, mac, want)
 		}
+	}
+}
+
+// A network's MTU option is its bridge's MTU, which its TAPs take, so that
+// frames of the containers' interfaces' size cross it.
+func TestTapTakesBridgeMTU(t *testing.T) {
+	ns := newTestNetns(t)
+	gw := netip.MustParsePrefix("10.124.4.1/24")
+	var got int
+	err := ns.do(t, func() error {
+		var l netlinkLinks
+		if err := l.ensureBridge("husk-test", gw, 1400); err != nil {
+			return err
+		}
+		if err := l.addTap("hktest0", "husk-test"); err != nil {
+			return err
+		}
+		tap, err := netlink.LinkByName("hktest0")
+		if err != nil {
+			return err
+		}
+		got = tap.Attrs().MTU
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 1400 {
+		t.Errorf("TAP MTU %d, want the bridge's 1400", got)
 	}
 }

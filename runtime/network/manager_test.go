@@ -27,7 +27,7 @@ type fakeLinks struct {
 
 func newFakeLinks() *fakeLinks { return &fakeLinks{links: map[string]string{}} }
 
-func (f *fakeLinks) ensureBridge(name string, gw netip.Prefix) error {
+func (f *fakeLinks) ensureBridge(name string, gw netip.Prefix, _ int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.links[name] = ""

@@ -376,7 +376,7 @@ func (m *Manager) Start(ctx context.Context, alive func(containerID string) bool
 // bridgeUpLocked makes a network's bridge and, for a user-defined
 // network, starts its DNS server on the gateway address.
 func (m *Manager) bridgeUpLocked(n *netState) error {
-	if err := m.links.ensureBridge(n.rec.Bridge, netip.PrefixFrom(n.rec.Gateway, n.rec.Subnet.Bits())); err != nil {
+	if err := m.links.ensureBridge(n.rec.Bridge, netip.PrefixFrom(n.rec.Gateway, n.rec.Subnet.Bits()), n.mtu()); err != nil {
 		return err
 	}
 	if n.rec.Name == BridgeName {
