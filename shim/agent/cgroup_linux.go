@@ -20,14 +20,13 @@ import (
 )
 
 // GuestCgroups keeps the container's processes in one cgroup v2 group of
-// the guest, where --pids-limit is its pids.max, --memory its memory.max
-// and --cpus (or --cpu-quota) its cpu.max, --cpuset-cpus its
-// cpuset.cpus. The guest is the container's
-// alone, so a single group under the root does; dockerd's other cgroup
-// limits size the VM instead. The group is made only for a limit (at
-// setup, or by docker update, which adopts the processes already
-// running) or a freeze: mounting it and moving each process in costs
-// every start ~100 ms of guest time under TCG.
+// the guest, where --pids-limit is its pids.max, --memory its memory.max,
+// --cpus (or --cpu-quota) its cpu.max and --cpuset-cpus its cpuset.cpus.
+// The guest is the container's alone, so a single group under the root
+// does; dockerd's other cgroup limits size the VM instead. The group is
+// made only for a limit (at setup, or by docker update, which adopts the
+// processes already running) or a freeze: mounting it and moving each
+// process in costs every start ~100 ms of guest time under TCG.
 type GuestCgroups struct {
 	// Dir is where cgroup2 is mounted; default /run/husk/cgroup.
 	Dir string
