@@ -444,11 +444,7 @@ func (bd *build) run(ctx context.Context) (string, error) {
 		return "", errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("Error processing tar file: %v", err))
 	}
 	if bd.opts.ContextDir == "" {
-		dockerfile := bd.opts.Dockerfile
-		if dockerfile == "" {
-			dockerfile = "Dockerfile"
-		}
-		if err := bd.loadIgnore(dockerfile); err != nil {
+		if err := bd.loadIgnore(); err != nil {
 			return "", err
 		}
 	}
@@ -657,7 +653,7 @@ func parseError(err error) error {
 // out only .dockerignore itself and the Dockerfile, where the patterns
 // name them; a tar made by hand keeps every other file. BuildKit's
 // frontend applies the whole file.
-func (bd *build) loadIgnore(dockerfile string) error {
+func (bd *build) loadIgnore() error {
 	b, ok := bd.ctxDir.readFile(".dockerignore")
 	if !ok {
 		return nil
@@ -675,7 +671,7 @@ func (bd *build) loadIgnore(dockerfile string) error {
 		return nil
 	}
 	removed := map[string]bool{}
-	for _, name := range []string{".dockerignore", dockerfile} {
+	for _, name := range []string{".dockerignore", bd.dockerfileName()} {
 		if name, ok := cleanRel(name); ok {
 			if m, _ := pm.MatchesOrParentMatches(name); m {
 				removed[name] = true
@@ -695,11 +691,17 @@ func (bd *build) ignored(p string) bool {
 	return m
 }
 
-func (bd *build) dockerfile() (_ []byte, name string, _ error) {
-	name = bd.opts.Dockerfile
-	if name == "" {
-		name = "Dockerfile"
+// dockerfileName is the Dockerfile's path in the context, as the client
+// gave it.
+func (bd *build) dockerfileName() string {
+	if bd.opts.Dockerfile == "" {
+		return "Dockerfile"
 	}
+	return bd.opts.Dockerfile
+}
+
+func (bd *build) dockerfile() (_ []byte, name string, _ error) {
+	name = bd.dockerfileName()
 	if bd.opts.DockerfileContent != nil {
 		return bd.opts.DockerfileContent, name, nil
 	}

@@ -99,11 +99,7 @@ func (bd *build) urlContext(ctx context.Context, remote string) (io.ReadCloser, 
 	// dockerd reports a Dockerfile read to its end; a tar is read only to
 	// its end-of-archive blocks, and gets no last message.
 	body.report()
-	name := bd.opts.Dockerfile
-	if name == "" {
-		name = "Dockerfile"
-	}
-	name, _ = cleanRel(name)
+	name, _ := cleanRel(bd.dockerfileName())
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(dockerfile))}); err != nil {
