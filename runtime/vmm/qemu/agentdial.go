@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 )
 
 // A client on the agent's channel before a stopped VM runs again.
@@ -32,11 +33,33 @@ import (
 const agentChardev = "agent"
 
 // dialAgentEarly connects to the agent's socket and keeps the connection
-// for DialAgent. Callers have checked that no client is on it.
-func (m *Machine) dialAgentEarly(ctx context.Context) error {
+// for DialAgent. Callers have checked that no client is on it. It returns
+// once QEMU has accepted the connection: connect returns when the kernel
+// queues it, and a QEMU that reads the caller's next QMP command (cont)
+// before it accepts runs the guest without a client, the case above.
+func (m *Machine) dialAgentEarly(ctx context.Context, q *QMP) error {
 	c, err := m.dialAgentSocket(ctx)
 	if err != nil {
 		return fmt.Errorf("qemu %d: connect to the agent before resuming: %w", m.pid, err)
+	}
+	for {
+		attended, found, err := agentAttended(ctx, q)
+		if err == nil && !found {
+			err = fmt.Errorf("no chardev %q", agentChardev)
+		}
+		if err != nil {
+			c.Close()
+			return fmt.Errorf("qemu %d: wait for the agent's connection to be accepted: %w", m.pid, err)
+		}
+		if attended {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			c.Close()
+			return fmt.Errorf("qemu %d: wait for the agent's connection to be accepted: %w", m.pid, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
 	}
 	m.dropEarlyAgent()
 	m.mu.Lock()
@@ -75,17 +98,25 @@ func agentUnattended(ctx context.Context, q *QMP) (bool, error) {
 	if st.Running {
 		return false, nil
 	}
+	attended, found, err := agentAttended(ctx, q)
+	return found && !attended, err
+}
+
+// agentAttended says whether QEMU has a client on the agent's chardev,
+// by QMP's query-chardev: a socket chardev without one is named
+// "disconnected:...". found is false for a VM without the chardev.
+func agentAttended(ctx context.Context, q *QMP) (attended, found bool, err error) {
 	var chardevs []struct {
 		Label    string `json:"label"`
 		Filename string `json:"filename"`
 	}
 	if err := q.Execute(ctx, "query-chardev", nil, &chardevs); err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, c := range chardevs {
 		if c.Label == agentChardev {
-			return strings.HasPrefix(c.Filename, "disconnected:"), nil
+			return !strings.HasPrefix(c.Filename, "disconnected:"), true, nil
 		}
 	}
-	return false, nil
+	return false, false, nil
 }

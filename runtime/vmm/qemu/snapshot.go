@@ -480,7 +480,7 @@ func (m *Machine) Resume(ctx context.Context) error {
 		return fmt.Errorf("qemu %d: %w", m.pid, err)
 	}
 	if unattended {
-		if err := m.dialAgentEarly(ctx); err != nil {
+		if err := m.dialAgentEarly(ctx, q); err != nil {
 			return err
 		}
 	}
@@ -594,7 +594,7 @@ func (d *Driver) Restore(ctx context.Context, cfg vmm.Config, snapshotDir string
 			return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 		}
 	}
-	if err := m.dialAgentEarly(ctx); err != nil {
+	if err := m.dialAgentEarly(ctx, q); err != nil {
 		return nil, fmt.Errorf("restore vm %s: %w", cfg.ID, err)
 	}
 	if err := q.Execute(ctx, "cont", nil, nil); err != nil {
