@@ -81,6 +81,16 @@ func guestConsoles(text string) string {
 // cannot be run or does not finish within commandTimeout.
 func runCLI(t *testing.T, env []string, in io.Reader, args ...string) result {
 	t.Helper()
+	res, err := tryCLI(env, in, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// tryCLI is runCLI for goroutines other than the test's, which must not
+// fail it: the CLI not running or not finishing is its error.
+func tryCLI(env []string, in io.Reader, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, suite.DockerCLI, args...)
@@ -95,14 +105,14 @@ func runCLI(t *testing.T, env []string, in io.Reader, args ...string) result {
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
-		t.Fatalf("docker %s (%s) did not finish within %v; stdout %q, stderr %q",
+		return res, fmt.Errorf("docker %s (%s) did not finish within %v; stdout %q, stderr %q",
 			strings.Join(args, " "), envValue(env, "DOCKER_HOST"), commandTimeout, res.Stdout, res.Stderr)
 	case errors.As(err, &exit):
 		res.Code = exit.ExitCode()
 	case err != nil:
-		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
+		return res, fmt.Errorf("docker %s: %w", strings.Join(args, " "), err)
 	}
-	return res
+	return res, nil
 }
 
 // envValue is the last value env gives key, as exec uses it.
