@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -21,8 +22,8 @@ import (
 // stderr must match between the reference dockerd and huskd.
 type scenario struct {
 	name  string
-	args  []string // {img}, {cfg} and {reg} are substituted
-	stdin []byte   // {img}, {cfg} and {reg} are substituted here too
+	args  []string // {img}, {cfg}, {reg} and {host} are substituted
+	stdin []byte   // {img}, {cfg}, {reg} and {host} are substituted here too
 	// dockerfile, when set, is built as diff/built (`docker build -q -t
 	// diff/built -`) before setup, and removed after cleanup.
 	dockerfile string
@@ -74,6 +75,36 @@ func buildContext(files ...string) []byte {
 	}
 	_ = tw.Close()
 	return b.Bytes()
+}
+
+// hostCopyFixture makes the host files `docker cp` copies into
+// containers, {host} in a scenario: the docker CLI reads them and works
+// out the copy's destination from what the daemon says of the
+// container's path, so the daemon's part shows in where they land.
+// d/ holds a and sub/b, f is a file, l a symlink to f, o a file 1234
+// owns with mode 0600.
+func hostCopyFixture(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range map[string]string{"d/a": "a\n", "d/sub/b": "bb\n", "f": "hello\n", "o": "owned\n"} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "o"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(filepath.Join(dir, "o"), 1234, 1234); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("f", filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // scenarios is the one list the differential test runs against both
@@ -905,6 +936,48 @@ func scenarios() []scenario {
 			setup: [][]string{{"run", "-d", "--name", "diff-ksn", "{img}", "sleep", "100"}}, cleanup: [][]string{{"rm", "-f", "diff-ksn"}}},
 		{name: "wait after kill code", args: a("wait", "diff-wak"),
 			setup: [][]string{{"run", "-d", "--name", "diff-wak", "{img}", "sleep", "100"}, {"kill", "diff-wak"}}, cleanup: [][]string{{"rm", "-f", "diff-wak"}}},
+		{name: "cp host dir to new path", args: a("start", "-a", "diff-hc1"),
+			setup:   [][]string{{"create", "--name", "diff-hc1", "{img}", "sh", "-c", "cd / && find dst | sort | xargs stat -c '%n %a %u:%g %s %F'; cat dst/sub/b 2>&1"}, {"cp", "{host}/d", "diff-hc1:/dst"}},
+			cleanup: [][]string{{"rm", "diff-hc1"}}},
+		{name: "cp host dir into existing dir", args: a("start", "-a", "diff-hc2"),
+			setup:   [][]string{{"create", "--name", "diff-hc2", "{img}", "sh", "-c", "cd / && find tmp | sort | xargs stat -c '%n %a %u:%g %s %F'; cat /dev/null 2>&1"}, {"cp", "{host}/d", "diff-hc2:/tmp"}},
+			cleanup: [][]string{{"rm", "diff-hc2"}}},
+		{name: "cp host dir contents", args: a("start", "-a", "diff-hc3"),
+			setup:   [][]string{{"create", "--name", "diff-hc3", "{img}", "sh", "-c", "cd / && find tmp | sort | xargs stat -c '%n %a %u:%g %s %F'; cat /dev/null 2>&1"}, {"cp", "{host}/d/.", "diff-hc3:/tmp"}},
+			cleanup: [][]string{{"rm", "diff-hc3"}}},
+		{name: "cp host dir with trailing slash", args: a("start", "-a", "diff-hc4"),
+			setup:   [][]string{{"create", "--name", "diff-hc4", "{img}", "sh", "-c", "cd / && find dst | sort | xargs stat -c '%n %a %u:%g %s %F'; cat /dev/null 2>&1"}, {"cp", "{host}/d/", "diff-hc4:/dst"}},
+			cleanup: [][]string{{"rm", "diff-hc4"}}},
+		{name: "cp host file into dir", args: a("start", "-a", "diff-hc5"),
+			setup:   [][]string{{"create", "--name", "diff-hc5", "{img}", "sh", "-c", "cd / && find tmp | sort | xargs stat -c '%n %a %u:%g %s %F'; cat tmp/f 2>&1"}, {"cp", "{host}/f", "diff-hc5:/tmp"}},
+			cleanup: [][]string{{"rm", "diff-hc5"}}},
+		{name: "cp host file to new name", args: a("start", "-a", "diff-hc6"),
+			setup:   [][]string{{"create", "--name", "diff-hc6", "{img}", "sh", "-c", "cd / && find tmp | sort | xargs stat -c '%n %a %u:%g %s %F'; cat tmp/renamed 2>&1"}, {"cp", "{host}/f", "diff-hc6:/tmp/renamed"}},
+			cleanup: [][]string{{"rm", "diff-hc6"}}},
+		{name: "cp host symlink", args: a("start", "-a", "diff-hc7"),
+			setup:   [][]string{{"create", "--name", "diff-hc7", "{img}", "sh", "-c", "cd / && find tmp | sort | xargs stat -c '%n %a %u:%g %s %F'; cat /dev/null 2>&1"}, {"cp", "{host}/l", "diff-hc7:/tmp"}},
+			cleanup: [][]string{{"rm", "diff-hc7"}}},
+		{name: "cp host symlink followed", args: a("start", "-a", "diff-hc8"),
+			setup:   [][]string{{"create", "--name", "diff-hc8", "{img}", "sh", "-c", "cd / && find tmp | sort | xargs stat -c '%n %a %u:%g %s %F'; cat tmp/l 2>&1"}, {"cp", "-L", "{host}/l", "diff-hc8:/tmp"}},
+			cleanup: [][]string{{"rm", "diff-hc8"}}},
+		{name: "cp host owned file", args: a("start", "-a", "diff-hc9"),
+			setup:   [][]string{{"create", "--name", "diff-hc9", "{img}", "sh", "-c", "cd / && find tmp | sort | xargs stat -c '%n %a %u:%g %s %F'; cat /dev/null 2>&1"}, {"cp", "{host}/o", "diff-hc9:/tmp"}},
+			cleanup: [][]string{{"rm", "diff-hc9"}}},
+		{name: "cp host owned file archive", args: a("start", "-a", "diff-hc10"),
+			setup:   [][]string{{"create", "--name", "diff-hc10", "{img}", "sh", "-c", "cd / && find tmp | sort | xargs stat -c '%n %a %u:%g %s %F'; cat /dev/null 2>&1"}, {"cp", "-a", "{host}/o", "diff-hc10:/tmp"}},
+			cleanup: [][]string{{"rm", "diff-hc10"}}},
+		{name: "cp host file over file", args: a("start", "-a", "diff-hc11"),
+			setup:   [][]string{{"create", "--name", "diff-hc11", "{img}", "sh", "-c", "cd / && find etc/passwd | sort | xargs stat -c '%n %a %u:%g %s %F'; cat etc/passwd 2>&1"}, {"cp", "{host}/f", "diff-hc11:/etc/passwd"}},
+			cleanup: [][]string{{"rm", "diff-hc11"}}},
+		{name: "cp host dir over file", args: a("cp", "{host}/d", "diff-hc13:/etc/passwd"),
+			setup: [][]string{{"create", "--name", "diff-hc13", "{img}", "true"}}, cleanup: [][]string{{"rm", "diff-hc13"}}},
+		{name: "cp host file into missing parent", args: a("cp", "{host}/f", "diff-hc14:/nope/f"),
+			setup: [][]string{{"create", "--name", "diff-hc14", "{img}", "true"}}, cleanup: [][]string{{"rm", "diff-hc14"}}},
+		{name: "cp host dir contents to file", args: a("cp", "{host}/d/.", "diff-hc15:/etc/passwd"),
+			setup: [][]string{{"create", "--name", "diff-hc15", "{img}", "true"}}, cleanup: [][]string{{"rm", "diff-hc15"}}},
+		{name: "cp host file into running container", args: a("exec", "diff-hc16", "sh", "-c", "cat /tmp/f; stat -c '%n %a %u:%g' /tmp/f"),
+			setup: [][]string{{"run", "-d", "--name", "diff-hc16", "{img}", "sleep", "100"}, {"cp", "{host}/f", "diff-hc16:/tmp/"}}, cleanup: [][]string{{"rm", "-f", "diff-hc16"}}},
+		{name: "cp host missing source", args: a("cp", "{host}/nope", diffBox+":/tmp")},
 		{name: "plugin ls", args: a("plugin", "ls")},
 		{name: "plugin inspect unknown", args: a("plugin", "inspect", "nope")},
 		{name: "plugin rm unknown", args: a("plugin", "rm", "nope")},
@@ -1059,7 +1132,8 @@ func TestDifferential(t *testing.T) {
 		t.Skipf("skipping the differential test: no reference dockerd: %v", err)
 	}
 	daemons := []struct{ kind, host string }{{"dockerd", refHost}, {"huskd", suite.DockerHost}}
-	subst := strings.NewReplacer("{img}", ref(testimages.Busybox), "{cfg}", ref(testimages.Configured), "{reg}", suite.Registry)
+	hostDir := hostCopyFixture(t)
+	subst := strings.NewReplacer("{img}", ref(testimages.Busybox), "{cfg}", ref(testimages.Configured), "{reg}", suite.Registry, "{host}", hostDir)
 	expand := func(args []string) []string {
 		out := make([]string, len(args))
 		for i, a := range args {
