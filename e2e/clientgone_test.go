@@ -34,7 +34,7 @@ func underTestAndReference(t *testing.T) []daemonAt {
 	t.Helper()
 	daemons := []daemonAt{{string(suite.Kind), suite.DockerHost}}
 	if suite.Kind == "huskd" {
-		if refHost, err := control.query("reference"); err == nil {
+		if refHost, err := referenceHost(t); err == nil {
 			daemons = append(daemons, daemonAt{"dockerd", refHost})
 		} else {
 			t.Logf("huskd only: no reference dockerd: %v", err)

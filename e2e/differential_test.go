@@ -1127,7 +1127,7 @@ func TestDifferential(t *testing.T) {
 	if suite.Kind != "huskd" {
 		t.Skipf("the differential test compares huskd with dockerd; the daemon under test is %s", suite.Kind)
 	}
-	refHost, err := control.query("reference")
+	refHost, err := referenceHost(t)
 	if err != nil {
 		t.Skipf("skipping the differential test: no reference dockerd: %v", err)
 	}

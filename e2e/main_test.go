@@ -31,6 +31,11 @@ const (
 	keepEnv   = "HUSK_E2E_KEEP"   // "1" keeps the temp dir (logs, state) for inspection
 	chEnv     = "HUSK_CH_BINARY"  // a cloud-hypervisor binary: huskd runs its VMs under it, not QEMU
 	kernelEnv = "HUSK_E2E_KERNEL" // a guest kernel for huskd (--kernel), e.g. make kernel's; empty: huskd's default
+	// "off": no reference dockerd in this run, and a test that asks for
+	// one fails. make e2e runs the tests that use it (E2E_REFERENCE_TESTS)
+	// beside the others, in a suite of their own that holds the
+	// machine-wide dockerd lock.
+	referenceEnv = "HUSK_E2E_REFERENCE"
 
 	// Internal: how the supervising process talks to the test process.
 	roleEnv  = "HUSK_E2E_ROLE"

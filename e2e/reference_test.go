@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,6 +33,18 @@ type reference struct {
 
 // startReference starts the reference dockerd once and returns its
 // DOCKER_HOST.
+// referenceHost is the reference dockerd's host for t, or why there is
+// none. A run with the reference off fails t instead: a test that holds
+// huskd to dockerd must not lose its reference without a word.
+func referenceHost(t *testing.T) (string, error) {
+	t.Helper()
+	host, err := control.query("reference")
+	if err != nil && os.Getenv(referenceEnv) == "off" {
+		t.Fatal(err)
+	}
+	return host, err
+}
+
 func (w *world) startReference(ctx context.Context) (string, error) {
 	if w.ref != nil {
 		if w.ref.err != nil {
@@ -40,6 +53,10 @@ func (w *world) startReference(ctx context.Context) (string, error) {
 		return w.ref.daemon.Host(), nil
 	}
 	w.ref = &reference{}
+	if os.Getenv(referenceEnv) == "off" {
+		w.ref.err = fmt.Errorf("this run has no reference dockerd (%s=off): add the test to the Makefile's E2E_REFERENCE_TESTS, which run beside the others with one", referenceEnv)
+		return "", w.ref.err
+	}
 	w.ref.err = w.ref.start(ctx, w)
 	if w.ref.err != nil {
 		return "", w.ref.err
