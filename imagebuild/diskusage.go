@@ -18,6 +18,13 @@ func (s *Service) DiskUsage(ctx context.Context) (layersSize int64, images []ima
 	if err != nil {
 		return 0, nil, err
 	}
+	// Only here: up to API 1.50 dockerd counts an image's containers for
+	// the disk usage alone, and `docker images` shows N/A (-1).
+	if s.opts.InUse != nil {
+		for i := range images {
+			images[i].Containers = int64(len(s.opts.InUse(images[i].ID)))
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	refs := map[string]int{}

@@ -72,4 +72,15 @@ func TestDiskUsage(t *testing.T) {
 			t.Errorf("%s: size %d shared %d containers %d; want %d, %d, %d", img.ID, img.Size, img.SharedSize, img.Containers, size[img.ID], w.shared, w.containers)
 		}
 	}
+	// `docker images` shows N/A: dockerd counts containers for the disk
+	// usage alone.
+	listed, err := s.List(ctx, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range listed {
+		if img.Containers != -1 {
+			t.Errorf("List: %s has Containers %d, want -1", img.ID, img.Containers)
+		}
+	}
 }

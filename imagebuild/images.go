@@ -125,9 +125,6 @@ func (s *Service) List(ctx context.Context, all bool, filters map[string][]strin
 		} else if danglingOnly && len(sum.RepoTags) > 0 {
 			continue
 		}
-		if s.opts.InUse != nil {
-			sum.Containers = int64(len(s.opts.InUse(id)))
-		}
 		out = append(out, sum)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
