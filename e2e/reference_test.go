@@ -31,8 +31,6 @@ type reference struct {
 	err    error // why it could not start; then it is not retried
 }
 
-// startReference starts the reference dockerd once and returns its
-// DOCKER_HOST.
 // referenceHost is the reference dockerd's host for t, or why there is
 // none. A run with the reference off fails t instead: a test that holds
 // huskd to dockerd must not lose its reference without a word.
@@ -45,6 +43,8 @@ func referenceHost(t *testing.T) (string, error) {
 	return host, err
 }
 
+// startReference starts the reference dockerd once and returns its
+// DOCKER_HOST.
 func (w *world) startReference(ctx context.Context) (string, error) {
 	if w.ref != nil {
 		if w.ref.err != nil {
