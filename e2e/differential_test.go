@@ -925,8 +925,9 @@ func scenarios() []scenario {
 		{name: "run stdin eof interactive", args: a("run", "--rm", "-i", "{img}", "sh", "-c", "read x; echo [$x] $?")},
 		{name: "run rm detached then wait", args: a("wait", "diff-rmd"),
 			setup: [][]string{{"run", "-d", "--rm", "--name", "diff-rmd", "{img}", "sh", "-c", "sleep 2; exit 4"}}},
+		// The sleep lets wait find the container before --rm removes it.
 		{name: "run rm detached logs after", args: a("logs", "diff-rmd2"),
-			setup: [][]string{{"run", "-d", "--rm", "--name", "diff-rmd2", "{img}", "true"}, {"wait", "diff-rmd2"}}},
+			setup: [][]string{{"run", "-d", "--rm", "--name", "diff-rmd2", "{img}", "sh", "-c", "sleep 2"}, {"wait", "diff-rmd2"}}},
 		{name: "container ls last", args: a("ps", "-a", "-n", "1", "--format", "{{.Names}}", "--filter", "name=diff-exited")},
 		{name: "inspect multiple mixed", args: a("inspect", "-f", "{{.Name}}", diffBox, "diff-nope-x", diffExited)},
 		{name: "rm force stopped", args: a("rm", "-f", "diff-rfs"),
